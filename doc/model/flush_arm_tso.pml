@@ -1,0 +1,183 @@
+/*
+ * flush_arm_tso.pml - the flush arm on x86-TSO: the fence a flush needs between
+ * publishing its arm and re-checking closed (step 4b).
+ *
+ * flush_arm.pml assumes sequential consistency.  Step 4 / 4b and the close
+ * form a Dekker pair:
+ *
+ *     flush:  store flush_listener ; store-release flush_armed=1 ; load closed
+ *     close:  store closed=1       ; exchange(flush_armed, 0)
+ *
+ * The close's side is ordered by its locked exchange.  The flush's side is a
+ * plain (release) store then a load of another address, which x86 may reorder:
+ * a store-release does not keep a later load behind it.  Without a store->load
+ * fence (ck_pr_fence_store_load(), mfence) the flush can read closed == 0 while
+ * its arm still sits in its store buffer, and the close's exchange then finds
+ * flush_armed == 0 and signals nobody.  The flush returns PENDING; if the loop
+ * drops a send that reaches a closed connection (never submitted, so no
+ * completion), nobody ever signals it.  This model keeps the fence;
+ * flush_arm_tso_broken_nofence.pml removes it and must fail.
+ *
+ * Store buffers are modelled only where they can change an outcome: the
+ * writer's two stores of step 4 (FIFO: flush_listener, then flush_armed).  The
+ * other plain stores (flush_busy = 0, closed = 1) are followed by no load of
+ * another protocol address before their thread's next locked instruction or
+ * return, so buffering them is the same as performing them later, which the
+ * interleavings already cover.  A buffered store is committed by the Drainer
+ * at any moment, and at the latest when the writer runs a locked instruction
+ * (the exchange of 4b, the MPSC push onto the inbox) or a fence.
+ *
+ * Actors: Writer (one flush, listener A, bytes staged), Reactor (completes the
+ * send, or drops it if the connection is closed), Closer, Drainer.
+ */
+
+#define NONE 0
+#define LA   1
+
+#define F_NONE     0
+#define F_EPIPE    3
+#define F_PENDING  4
+
+/* ---- memory ---- */
+bit  flush_busy;
+bit  flush_armed;
+byte flush_listener = NONE;
+bit  closed;
+chan inbox = [1] of { byte };
+
+/* ---- the writer's store buffer (FIFO of at most two entries) ---- */
+bool sb_listener;                  /* flush_listener = sb_listener_val pending */
+byte sb_listener_val;
+bool sb_armed;                     /* flush_armed = 1 pending, behind the listener */
+
+/* ---- ghosts ---- */
+bool readied;
+byte result;
+byte signals;
+bool writer_done;
+byte done;
+
+/* commit the writer's buffered stores in order (inside a d_step / atomic) */
+#define DRAIN_WRITER \
+	if \
+	:: sb_listener -> flush_listener = sb_listener_val; sb_listener = false \
+	:: else \
+	fi; \
+	if \
+	:: sb_armed -> flush_armed = 1; sb_armed = false \
+	:: else \
+	fi
+
+inline complete_flush(old, l)
+{
+	atomic { old = flush_armed; flush_armed = 0 }
+	if
+	:: old == 0 -> skip
+	:: else ->
+		atomic { l = flush_listener; flush_listener = NONE };
+		flush_busy = 0;
+		d_step {
+			assert(l == LA && readied && result != F_EPIPE);
+			signals++;
+			assert(signals == 1)
+		}
+	fi
+}
+
+proctype Writer()
+{
+	bit old;
+	byte l;
+
+	/* 1. the guard (locked; the buffer is empty here) */
+	atomic { assert(flush_busy == 0); flush_busy = 1 };
+	/* 2. bytes are staged.  3. closed? */
+	if
+	:: closed -> flush_busy = 0; result = F_EPIPE; goto out
+	:: else
+	fi;
+	/* 4. ready, store the listener, publish the arm: both into the store buffer */
+	readied = true;
+	d_step { sb_listener_val = LA; sb_listener = true };
+	sb_armed = true;
+#ifndef MUT_NO_FENCE
+	/* ck_pr_fence_store_load(): the arm is in memory before closed is loaded */
+	d_step { DRAIN_WRITER };
+#endif
+	/* 4b. re-check closed (a plain load, from memory) */
+	if
+	:: closed ->
+		atomic { DRAIN_WRITER; old = flush_armed; flush_armed = 0 };
+		if
+		:: old == 1 ->
+			atomic { l = flush_listener; flush_listener = NONE };
+			assert(l == LA);
+			flush_busy = 0;
+			result = F_EPIPE
+		:: else ->
+			result = F_PENDING
+		fi
+	:: else ->
+		/* 5. hand the send to the loop: an MPSC push, a locked instruction */
+		atomic { DRAIN_WRITER; inbox ! LA };
+		result = F_PENDING
+	fi;
+out:
+	writer_done = true;
+	done++
+}
+
+proctype Reactor()
+{
+	byte id, l;
+	bit old;
+
+	do
+	:: inbox ? id ->
+		if
+		:: closed -> skip              /* the loop drops a send on a closed conn */
+		:: true -> complete_flush(old, l)
+		fi
+	:: atomic { writer_done && len(inbox) == 0 } -> break
+	od;
+	done++
+}
+
+proctype Closer()
+{
+	byte l;
+	bit old;
+
+	closed = 1;
+	complete_flush(old, l);
+	done++
+}
+
+proctype Drainer()
+{
+end:
+	do
+	:: d_step { sb_listener -> flush_listener = sb_listener_val; sb_listener = false }
+	:: d_step { !sb_listener && sb_armed -> flush_armed = 1; sb_armed = false }
+	od
+}
+
+init {
+	atomic {
+		run Writer();
+		run Reactor();
+		run Closer();
+		run Drainer()
+	}
+	(done == 3);
+
+	d_step { DRAIN_WRITER };
+
+	/* exactly once, no lost signal */
+	if
+	:: result == F_PENDING -> assert(readied && signals == 1)
+	:: result == F_EPIPE   -> assert(signals == 0)
+	:: else -> assert(false)
+	fi;
+	assert(flush_busy == 0 && flush_armed == 0)
+}

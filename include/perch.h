@@ -1,0 +1,9 @@
+/* perch.h: umbrella header for perch, lock-free async I/O primitives for Linux. */
+#ifndef PERCH_H
+#define PERCH_H
+
+#include <perch/common.h>
+#include <perch/vtask.h>
+#include <perch/conn.h>
+
+#endif /* PERCH_H */

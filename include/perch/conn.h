@@ -1,0 +1,163 @@
+/* perch/conn.h: a connection whose parked read and parked flush are each one exactly-once slot. */
+#ifndef PERCH_CONN_H
+#define PERCH_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <perch/common.h>
+#include <perch/vtask.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct perch_conn;
+
+/*
+ * One received buffer, filled by the kernel and queued on the connection
+ * without a copy. `data[0..len)` are the bytes; the segment belongs to the
+ * connection until the reader advances past it.
+ */
+struct perch_seg {
+	struct perch_seg *next;    /* next received segment, NULL at the end */
+	uint8_t *data;
+	uint32_t len;
+	uint32_t buf_id;           /* the backend's buffer id */
+	void *owner;               /* the backend's cookie */
+};
+
+/*
+ * What a read sees: every received byte not yet consumed, as segments
+ * (`first` starting at `first_off`), and the state of the stream.
+ * Bytes come first: consume `len` bytes before acting on `completed`,
+ * `error` or `closed`.
+ */
+struct perch_read_result {
+	struct perch_seg *first;   /* NULL when len == 0 */
+	size_t first_off;          /* bytes of `first` already consumed */
+	size_t len;                /* unconsumed bytes, across segments */
+	int error;                 /* 0, or the peer's error (-ECONNRESET, ...) */
+	bool completed;            /* the peer finished and every byte is in this result */
+	bool canceled;             /* perch_conn_cancel_read() woke this read */
+	bool closed;               /* the connection was closed locally */
+};
+
+/*
+ * A reader that parks on the connection. perch calls on_parking on the
+ * reading thread, past every guard, only when the read really parks (never
+ * for a read served at once or one refused); then, exactly once per park,
+ * on_recv_ready on whichever thread delivered (the loop, or the thread that
+ * closed or canceled). Neither may block. on_recv_ready may read again, and
+ * park again, from inside itself.
+ */
+struct perch_recv_listener {
+	void (*on_parking)(struct perch_recv_listener *self, struct perch_conn *c);
+	void (*on_recv_ready)(struct perch_recv_listener *self, struct perch_conn *c);
+};
+
+/*
+ * A writer that parks a flush on the connection. on_parking as above; then
+ * exactly once per park on_flush_done with 0 (every flushed byte taken by
+ * the kernel) or a negative errno (-EPIPE closed, or the send's error).
+ * When on_flush_done runs, the flush guard is already released: it may
+ * stage and flush again from inside itself.
+ */
+struct perch_flush_listener {
+	void (*on_parking)(struct perch_flush_listener *self, struct perch_conn *c);
+	void (*on_flush_done)(struct perch_flush_listener *self, struct perch_conn *c,
+			      int result);
+};
+
+/* ---- Reading: one reader at a time, from any thread. ---- */
+
+/*
+ * Serves the read now, or parks `listener` in the connection's read slot.
+ * Returns 0 with *out filled (bytes not yet examined, or a final state);
+ * PERCH_PENDING when parked (listener->on_recv_ready will run exactly once;
+ * then call perch_conn_try_read); -EBUSY when another read owns the slot
+ * (nothing of it, nor of `listener`, is touched); -EINVAL for NULLs.
+ */
+PERCH_API int perch_conn_try_read_or_park(struct perch_conn *c,
+					  struct perch_recv_listener *listener,
+					  struct perch_read_result *out);
+
+/*
+ * Takes a snapshot without parking. Returns 0 with *out filled, -EAGAIN
+ * when nothing new is there, -EBUSY while a read is parked, -EINVAL.
+ */
+PERCH_API int perch_conn_try_read(struct perch_conn *c, struct perch_read_result *out);
+
+/*
+ * The connection's own read: perch_conn_try_read_or_park with the
+ * connection as its listener. On PERCH_PENDING, *task is the value task
+ * that completes (with the number of readable bytes, or 0 for a final
+ * state) when the read is ready; then call perch_conn_try_read.
+ */
+PERCH_API int perch_conn_read(struct perch_conn *c, struct perch_read_result *out,
+			      struct perch_vtask_handle *task);
+
+/*
+ * Marks bytes consumed (their buffers go back to the loop) and examined
+ * (the next read parks until bytes beyond them arrive), both counted from
+ * the start of the last result. Returns 0, or -EINVAL when consumed >
+ * examined, examined goes past the unconsumed bytes, or examined moves
+ * back before an earlier examined position.
+ */
+PERCH_API int perch_conn_advance(struct perch_conn *c, size_t consumed, size_t examined);
+
+/*
+ * Wakes the parked read with a canceled result, or, when none is parked,
+ * makes the next read return at once canceled. Returns 0 or -EINVAL.
+ */
+PERCH_API int perch_conn_cancel_read(struct perch_conn *c);
+
+/* ---- Writing: one writer at a time, from any thread. ---- */
+
+/*
+ * Copies `len` bytes into the staging buffers. Returns 0, -EBUSY while a
+ * flush is in progress (nothing is staged), -EPIPE when closed, -ENOMEM,
+ * -EINVAL.
+ */
+PERCH_API int perch_conn_write(struct perch_conn *c, const void *data, size_t len);
+
+/*
+ * Hands the staged bytes to the loop, or parks `listener` until the kernel
+ * took them all. Returns 0 when nothing was staged (an earlier flush's
+ * result stays readable); PERCH_PENDING when parked; -EBUSY while another
+ * flush is in progress (it is untouched); -EPIPE when closed (staged bytes
+ * are dropped; listener untouched); -EINVAL.
+ */
+PERCH_API int perch_conn_try_flush_or_park(struct perch_conn *c,
+					   struct perch_flush_listener *listener);
+
+/*
+ * The connection's own flush: on PERCH_PENDING *task completes with 0 or a
+ * negative errno once the kernel took every byte.
+ */
+PERCH_API int perch_conn_flush(struct perch_conn *c, struct perch_vtask_handle *task);
+
+/* ---- Lifecycle, any thread. ---- */
+
+/*
+ * Closes the connection: a parked read gets a closed result and a parked
+ * flush -EPIPE, each exactly once; later reads return closed at once, later
+ * writes and flushes -EPIPE. Idempotent. Returns 0 or -EINVAL.
+ */
+PERCH_API int perch_conn_close(struct perch_conn *c);
+
+/*
+ * Drops the caller's reference (closing first when still open). The memory
+ * goes when the last in-flight operation has completed.
+ */
+PERCH_API void perch_conn_release(struct perch_conn *c);
+
+/* True once the connection is closed locally or failed. */
+PERCH_API bool perch_conn_is_closed(const struct perch_conn *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PERCH_CONN_H */

@@ -1,0 +1,157 @@
+/* lib/atomic.h: perch's only door to atomics: ck_pr normally, __atomic builtins under TSan. */
+#ifndef PERCH_LIB_ATOMIC_H
+#define PERCH_LIB_ATOMIC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/*
+ * Why two mappings: ThreadSanitizer cannot see ck_pr's inline assembly, so
+ * data handed over by a ck_pr CAS looks racy to it. Under TSan every
+ * operation below becomes the equivalent __atomic builtin, which TSan
+ * understands; in normal builds ck_pr gives the same orderings.
+ *
+ * Orderings: loads acquire, stores release, read-modify-writes are full
+ * barriers (lock-prefixed with ck_pr on x86; seq_cst under TSan). The
+ * protocols rely on the last point: a producer publishes state with a
+ * read-modify-write before it loads the waiter slot, so its update cannot
+ * sit in a store buffer while a reader's re-check misses it.
+ */
+#if defined(__SANITIZE_THREAD__)
+#define PERCH_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define PERCH_TSAN 1
+#endif
+#endif
+
+#ifdef PERCH_TSAN
+
+#define PERCH__A_LOAD(p)        __atomic_load_n((p), __ATOMIC_SEQ_CST)
+#define PERCH__A_STORE(p, v)    __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
+#define PERCH__A_XCHG(p, v)     __atomic_exchange_n((p), (v), __ATOMIC_SEQ_CST)
+#define PERCH__A_FAA(p, v)      __atomic_fetch_add((p), (v), __ATOMIC_SEQ_CST)
+#define PERCH__A_FOR(p, v)      __atomic_fetch_or((p), (v), __ATOMIC_SEQ_CST)
+#define PERCH__A_CAS(p, o, n)   ({ __typeof__(*(p)) o_ = (o); \
+	__atomic_compare_exchange_n((p), &o_, (n), false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); })
+
+static inline uintptr_t perch__load_uptr(const uintptr_t *p) { return PERCH__A_LOAD(p); }
+static inline void perch__store_uptr(uintptr_t *p, uintptr_t v) { PERCH__A_STORE(p, v); }
+static inline bool perch__cas_uptr(uintptr_t *p, uintptr_t o, uintptr_t n) { return PERCH__A_CAS(p, o, n); }
+static inline uintptr_t perch__xchg_uptr(uintptr_t *p, uintptr_t v) { return PERCH__A_XCHG(p, v); }
+
+static inline void *perch__load_ptr(void *const *p) { return PERCH__A_LOAD(p); }
+static inline void perch__store_ptr(void **p, void *v) { PERCH__A_STORE(p, v); }
+static inline void *perch__xchg_ptr(void **p, void *v) { return PERCH__A_XCHG(p, v); }
+
+static inline uint32_t perch__load_u32(const uint32_t *p) { return PERCH__A_LOAD(p); }
+static inline void perch__store_u32(uint32_t *p, uint32_t v) { PERCH__A_STORE(p, v); }
+static inline bool perch__cas_u32(uint32_t *p, uint32_t o, uint32_t n) { return PERCH__A_CAS(p, o, n); }
+static inline uint32_t perch__xchg_u32(uint32_t *p, uint32_t v) { return PERCH__A_XCHG(p, v); }
+static inline uint32_t perch__faa_u32(uint32_t *p, uint32_t v) { return PERCH__A_FAA(p, v); }
+static inline uint32_t perch__for_u32(uint32_t *p, uint32_t v) { return PERCH__A_FOR(p, v); }
+
+static inline uint64_t perch__load_u64(const uint64_t *p) { return PERCH__A_LOAD(p); }
+static inline void perch__store_u64(uint64_t *p, uint64_t v) { PERCH__A_STORE(p, v); }
+static inline uint64_t perch__faa_u64(uint64_t *p, uint64_t v) { return PERCH__A_FAA(p, v); }
+
+static inline int64_t perch__load_i64(const int64_t *p) { return PERCH__A_LOAD(p); }
+static inline void perch__store_i64(int64_t *p, int64_t v) { PERCH__A_STORE(p, v); }
+
+static inline void perch__cpu_relax(void) { __builtin_ia32_pause(); }
+
+/* Handoffs made through ck structures that TSan cannot see (ck_fifo). */
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define perch__tsan_acquire(a) __tsan_acquire((void *)(a))
+#define perch__tsan_release(a) __tsan_release((void *)(a))
+
+#else /* ck_pr */
+
+#include <ck_pr.h>
+
+static inline uintptr_t perch__load_uptr(const uintptr_t *p)
+{
+	uintptr_t v = (uintptr_t)ck_pr_load_ptr((void *const *)p);
+	ck_pr_fence_acquire();
+	return v;
+}
+static inline void perch__store_uptr(uintptr_t *p, uintptr_t v)
+{
+	ck_pr_fence_release();
+	ck_pr_store_ptr((void **)p, (void *)v);
+}
+static inline bool perch__cas_uptr(uintptr_t *p, uintptr_t o, uintptr_t n)
+{
+	return ck_pr_cas_ptr((void **)p, (void *)o, (void *)n);
+}
+static inline uintptr_t perch__xchg_uptr(uintptr_t *p, uintptr_t v)
+{
+	return (uintptr_t)ck_pr_fas_ptr((void **)p, (void *)v);
+}
+
+static inline void *perch__load_ptr(void *const *p)
+{
+	void *v = ck_pr_load_ptr(p);
+	ck_pr_fence_acquire();
+	return v;
+}
+static inline void perch__store_ptr(void **p, void *v)
+{
+	ck_pr_fence_release();
+	ck_pr_store_ptr(p, v);
+}
+static inline void *perch__xchg_ptr(void **p, void *v) { return ck_pr_fas_ptr(p, v); }
+
+static inline uint32_t perch__load_u32(const uint32_t *p)
+{
+	uint32_t v = ck_pr_load_32(p);
+	ck_pr_fence_acquire();
+	return v;
+}
+static inline void perch__store_u32(uint32_t *p, uint32_t v)
+{
+	ck_pr_fence_release();
+	ck_pr_store_32(p, v);
+}
+static inline bool perch__cas_u32(uint32_t *p, uint32_t o, uint32_t n) { return ck_pr_cas_32(p, o, n); }
+static inline uint32_t perch__xchg_u32(uint32_t *p, uint32_t v) { return ck_pr_fas_32(p, v); }
+static inline uint32_t perch__faa_u32(uint32_t *p, uint32_t v) { return ck_pr_faa_32(p, v); }
+static inline uint32_t perch__for_u32(uint32_t *p, uint32_t v)
+{
+	uint32_t o = ck_pr_load_32(p);
+	while (!ck_pr_cas_32_value(p, o, o | v, &o))
+		ck_pr_stall();
+	return o;
+}
+
+static inline uint64_t perch__load_u64(const uint64_t *p)
+{
+	uint64_t v = ck_pr_load_64(p);
+	ck_pr_fence_acquire();
+	return v;
+}
+static inline void perch__store_u64(uint64_t *p, uint64_t v)
+{
+	ck_pr_fence_release();
+	ck_pr_store_64(p, v);
+}
+static inline uint64_t perch__faa_u64(uint64_t *p, uint64_t v) { return ck_pr_faa_64(p, v); }
+
+static inline int64_t perch__load_i64(const int64_t *p)
+{
+	return (int64_t)perch__load_u64((const uint64_t *)p);
+}
+static inline void perch__store_i64(int64_t *p, int64_t v)
+{
+	perch__store_u64((uint64_t *)p, (uint64_t)v);
+}
+
+static inline void perch__cpu_relax(void) { ck_pr_stall(); }
+
+#define perch__tsan_acquire(a) ((void)(a))
+#define perch__tsan_release(a) ((void)(a))
+
+#endif /* PERCH_TSAN */
+
+#endif /* PERCH_LIB_ATOMIC_H */

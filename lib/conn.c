@@ -1,0 +1,528 @@
+/* lib/conn.c: the transport-agnostic connection core: received-segment queue, read slot, flush arm. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "atomic.h"
+#include "conn_internal.h"
+
+#define TXBUF_MIN_CAP 4096u
+
+static void self_read_parking(struct perch_recv_listener *l, struct perch_conn *c);
+static void self_read_ready(struct perch_recv_listener *l, struct perch_conn *c);
+static void self_flush_parking(struct perch_flush_listener *l, struct perch_conn *c);
+static void self_flush_done(struct perch_flush_listener *l, struct perch_conn *c, int result);
+
+/* ================= state ================= */
+
+static uint32_t rx_flags(const struct perch_conn *c)
+{
+	return perch__load_u32(&c->rx_flags);
+}
+
+static bool tx_is_closed(const struct perch_conn *c)
+{
+	return (rx_flags(c) & (PERCH__RX_CLOSED | PERCH__RX_ERROR)) != 0;
+}
+
+/* ================= read engine (the reader owns the slot) ================= */
+
+/* Moves what the backend queued onto the reader's private list. */
+static void drain_fifo(struct perch_conn *c)
+{
+	struct perch_seg *seg;
+	while (ck_fifo_spsc_dequeue(&c->rx_fifo, &seg)) {
+		/* Pairs with the release in perch__conn_recv_arrived (ck_fifo is invisible to TSan). */
+		perch__tsan_acquire(&c->rx_fifo);
+		seg->next = NULL;
+		if (c->rd_tail)
+			c->rd_tail->next = seg;
+		else
+			c->rd_head = seg;
+		c->rd_tail = seg;
+		c->rd_drained += seg->len;
+	}
+	/* Lets the producer recycle the fifo entries this consumer has passed. */
+	perch__tsan_release(&c->rd_drained);
+}
+
+/* Whether a read can be served now: bytes not yet examined, a final state, or a cancel. */
+static bool read_is_ready(struct perch_conn *c)
+{
+	if (rx_flags(c) != 0 || perch__load_u32(&c->rd_cancel) != 0)
+		return true;
+	return perch__load_u64(&c->rx_total) > c->rd_examined;
+}
+
+static void fill_result(struct perch_conn *c, struct perch_read_result *out)
+{
+	/* Flags first: every byte queued before a FIN or an error is in the fifo by then. */
+	uint32_t flags = rx_flags(c);
+	drain_fifo(c);
+	out->first = c->rd_head;
+	out->first_off = c->rd_head_off;
+	out->len = (size_t)(c->rd_drained - c->rd_consumed);
+	out->completed = (flags & PERCH__RX_PEER_FIN) != 0;
+	out->error = (flags & PERCH__RX_ERROR) ? perch__load_u32((uint32_t *)&c->rx_error) : 0;
+	out->closed = (flags & PERCH__RX_CLOSED) != 0;
+	out->canceled = perch__xchg_u32(&c->rd_cancel, 0) != 0;
+	c->rd_result_base = c->rd_consumed;
+	c->rd_result_len = out->len;
+	c->rd_have_result = true;
+}
+
+/*
+ * Gives the claim back. An exchange, not a store: a completion may have
+ * marked the claim meanwhile, and the read-modify-write keeps the chain of
+ * release/acquire from that completion unbroken.
+ */
+static void release_claim(struct perch_conn *c)
+{
+	perch__xchg_uptr(&c->read_waiter, PERCH__SLOT_EMPTY);
+}
+
+static int try_read_or_park(struct perch_conn *c, struct perch_recv_listener *listener,
+			    struct perch_read_result *out)
+{
+	/* 1. Claim. Failing means another read owns the slot: touch nothing. */
+	if (!perch__cas_uptr(&c->read_waiter, PERCH__SLOT_EMPTY, PERCH__SLOT_CLAIM))
+		return -EBUSY;
+	/* 2. Re-check under the claim: a completion before the claim left no mark. */
+	if (read_is_ready(c)) {
+		fill_result(c, out);
+		release_claim(c);
+		return 0;
+	}
+	/* 3. Ready the listener: only here, past every guard, when the read really parks. */
+	listener->on_parking(listener, c);
+	/* 4. Publish. Pairs with the CAS in wake_reader that takes a published listener back. */
+	if (perch__cas_uptr(&c->read_waiter, PERCH__SLOT_CLAIM, (uintptr_t)listener))
+		return PERCH_PENDING;
+	/* The claim was marked: a completion landed during step 3. Serve it now. */
+	fill_result(c, out);
+	release_claim(c);
+	return 0;
+}
+
+/*
+ * Completion side, on whichever thread changed the state (which it did
+ * with a read-modify-write before calling this). Only the side whose CAS
+ * takes a published listener back delivers.
+ */
+static void wake_reader(struct perch_conn *c)
+{
+	for (;;) {
+		uintptr_t w = perch__load_uptr(&c->read_waiter);
+		if (w == PERCH__SLOT_EMPTY || w == PERCH__SLOT_CLAIM_MARKED)
+			return;
+		if (w == PERCH__SLOT_CLAIM) {
+			/* The claiming read will serve. If the CAS fails the claim was published or released: look again. */
+			if (perch__cas_uptr(&c->read_waiter, PERCH__SLOT_CLAIM, PERCH__SLOT_CLAIM_MARKED))
+				return;
+			continue;
+		}
+		/* A failed CAS means another side took this listener back and delivers; it reads our state after. */
+		if (perch__cas_uptr(&c->read_waiter, w, PERCH__SLOT_EMPTY)) {
+			struct perch_recv_listener *l = (struct perch_recv_listener *)w;
+			l->on_recv_ready(l, c);
+		}
+		return;
+	}
+}
+
+static void release_seg(struct perch_conn *c, struct perch_seg *seg)
+{
+	seg->next = NULL;
+	c->ops->release_seg(c, seg);
+}
+
+/* Drops `n` consumed bytes from the head of the reader's list, returning whole segments. */
+static void consume_bytes(struct perch_conn *c, uint64_t n)
+{
+	while (n > 0 && c->rd_head) {
+		struct perch_seg *seg = c->rd_head;
+		uint64_t left = seg->len - c->rd_head_off;
+		if (n < left) {
+			c->rd_head_off += n;
+			return;
+		}
+		n -= left;
+		c->rd_head = seg->next;
+		if (!c->rd_head)
+			c->rd_tail = NULL;
+		c->rd_head_off = 0;
+		release_seg(c, seg);
+	}
+}
+
+/* ================= flush engine ================= */
+
+static void drop_staged(struct perch_conn *c)
+{
+	struct perch__txbuf *b = c->staged_head;
+	while (b) {
+		struct perch__txbuf *next = b->next;
+		free(b);
+		b = next;
+	}
+	c->staged_head = c->staged_tail = NULL;
+	c->staged_len = 0;
+}
+
+static void hand_to_backend(struct perch_conn *c)
+{
+	struct perch__txbuf *chain = c->staged_head;
+	c->staged_head = c->staged_tail = NULL;
+	c->staged_len = 0;
+	/* The chain's memory lives until perch__conn_send_done; so does the connection. */
+	perch__conn_ref(c);
+	c->ops->send(c, chain);
+}
+
+/*
+ * The flush completion, in this order: disarm (only the side that saw the
+ * arm continues), take the listener, release the guard, then signal.
+ * Releasing the guard first would let a new flush be taken while this one
+ * is still armed, and be signalled in its place.
+ */
+static void complete_flush(struct perch_conn *c, int result)
+{
+	if (perch__xchg_u32(&c->flush_armed, 0) == 0)
+		return;
+	struct perch_flush_listener *l = perch__xchg_ptr(&c->flush_listener, NULL);
+	perch__store_u32(&c->flush_busy, 0);
+	l->on_flush_done(l, c, result);
+}
+
+/*
+ * A close landed after step 3's check but maybe before the arm: whoever
+ * disarms delivers. If we do, the caller gets -EPIPE now, unsignalled.
+ */
+static int flush_closed_while_arming(struct perch_conn *c)
+{
+	drop_staged(c);
+	if (perch__xchg_u32(&c->flush_armed, 0) == 0)
+		return PERCH_PENDING;
+	perch__xchg_ptr(&c->flush_listener, NULL);
+	perch__store_u32(&c->flush_busy, 0);
+	return -EPIPE;
+}
+
+static int try_flush_or_park(struct perch_conn *c, struct perch_flush_listener *listener)
+{
+	/* 1. The guard; a refused flush leaves the parked one untouched. */
+	if (!perch__cas_u32(&c->flush_busy, 0, 1))
+		return -EBUSY;
+	/* 2. Nothing staged: an earlier flush's result stays readable. */
+	if (c->staged_len == 0) {
+		perch__store_u32(&c->flush_busy, 0);
+		return 0;
+	}
+	/* 3. Closed: a send the kernel still holds keeps its own chain until it completes. */
+	if (tx_is_closed(c)) {
+		drop_staged(c);
+		perch__store_u32(&c->flush_busy, 0);
+		return -EPIPE;
+	}
+	/* 4. Ready, store the listener, then the arm that publishes it (an exchange: a full barrier before the re-check). */
+	listener->on_parking(listener, c);
+	perch__store_ptr(&c->flush_listener, listener);
+	perch__xchg_u32(&c->flush_armed, 1);
+	if (tx_is_closed(c))
+		return flush_closed_while_arming(c);
+	/* 5. Hand the staged bytes over. */
+	hand_to_backend(c);
+	return PERCH_PENDING;
+}
+
+/* ================= completion entry points (the backend's thread) ================= */
+
+int perch__conn_recv_arrived(struct perch_conn *c, struct perch_seg *seg)
+{
+	ck_fifo_spsc_entry_t *entry = ck_fifo_spsc_recycle(&c->rx_fifo);
+	if (!entry) {
+		entry = malloc(sizeof(*entry));
+		if (!entry)
+			return -ENOMEM;
+	} else {
+		perch__tsan_acquire(&c->rd_drained);
+	}
+	perch__tsan_release(&c->rx_fifo);
+	ck_fifo_spsc_enqueue(&c->rx_fifo, entry, seg);
+	/* A read-modify-write, so the count is visible before we look at the slot. */
+	perch__faa_u64(&c->rx_total, seg->len);
+	wake_reader(c);
+	return 0;
+}
+
+void perch__conn_peer_closed(struct perch_conn *c)
+{
+	perch__for_u32(&c->rx_flags, PERCH__RX_PEER_FIN);
+	wake_reader(c);
+}
+
+void perch__conn_failed(struct perch_conn *c, int err)
+{
+	perch__store_u32((uint32_t *)&c->rx_error, (uint32_t)(err < 0 ? err : -err));
+	perch__for_u32(&c->rx_flags, PERCH__RX_ERROR);
+	wake_reader(c);
+	complete_flush(c, err < 0 ? err : -err);
+}
+
+void perch__conn_send_done(struct perch_conn *c, struct perch__txbuf *chain, int result)
+{
+	while (chain) {
+		struct perch__txbuf *next = chain->next;
+		free(chain);
+		chain = next;
+	}
+	/* After a close, the close already delivered: this disarms nothing. */
+	complete_flush(c, result);
+	perch__conn_unref(c);
+}
+
+/* ================= lifecycle ================= */
+
+struct perch_conn *perch__conn_new(const struct perch__transport_ops *ops, void *transport)
+{
+	if (!ops || !ops->send || !ops->release_seg)
+		return NULL;
+	struct perch_conn *c;
+	if (posix_memalign((void **)&c, CK_MD_CACHELINE, sizeof(*c)) != 0)
+		return NULL;
+	memset(c, 0, sizeof(*c));
+	ck_fifo_spsc_entry_t *stub = malloc(sizeof(*stub));
+	if (!stub) {
+		free(c);
+		return NULL;
+	}
+	ck_fifo_spsc_init(&c->rx_fifo, stub);
+	c->refs = 1;
+	c->ops = ops;
+	c->transport = transport;
+	c->self_reader.on_parking = self_read_parking;
+	c->self_reader.on_recv_ready = self_read_ready;
+	c->self_flusher.on_parking = self_flush_parking;
+	c->self_flusher.on_flush_done = self_flush_done;
+	perch_vtask_init(&c->read_task);
+	perch_vtask_init(&c->flush_task);
+	return c;
+}
+
+void perch__conn_ref(struct perch_conn *c)
+{
+	perch__faa_u32(&c->refs, 1);
+}
+
+static void destroy(struct perch_conn *c)
+{
+	struct perch_seg *seg;
+	drain_fifo(c);
+	while ((seg = c->rd_head) != NULL) {
+		c->rd_head = seg->next;
+		release_seg(c, seg);
+	}
+	ck_fifo_spsc_entry_t *garbage;
+	ck_fifo_spsc_deinit(&c->rx_fifo, &garbage);
+	while (garbage) {
+		ck_fifo_spsc_entry_t *next = garbage->next;
+		free(garbage);
+		garbage = next;
+	}
+	drop_staged(c);
+	if (c->ops->destroy)
+		c->ops->destroy(c);
+	free(c);
+}
+
+void perch__conn_unref(struct perch_conn *c)
+{
+	if (perch__faa_u32(&c->refs, (uint32_t)-1) == 1)
+		destroy(c);
+}
+
+/* ================= the connection as its own listener ================= */
+
+static void self_read_parking(struct perch_recv_listener *l, struct perch_conn *c)
+{
+	(void)l;
+	c->read_token = perch_vtask_ready(&c->read_task);
+}
+
+static void self_read_ready(struct perch_recv_listener *l, struct perch_conn *c)
+{
+	(void)l;
+	perch_vtask_complete(&c->read_task, 0);
+}
+
+static void self_flush_parking(struct perch_flush_listener *l, struct perch_conn *c)
+{
+	(void)l;
+	c->flush_token = perch_vtask_ready(&c->flush_task);
+}
+
+static void self_flush_done(struct perch_flush_listener *l, struct perch_conn *c, int result)
+{
+	(void)l;
+	perch_vtask_complete(&c->flush_task, result);
+}
+
+/* ================= public calls: one reader, any thread ================= */
+
+int perch_conn_try_read_or_park(struct perch_conn *c, struct perch_recv_listener *listener,
+				struct perch_read_result *out)
+{
+	if (!c || !listener || !out || !listener->on_parking || !listener->on_recv_ready)
+		return -EINVAL;
+	return try_read_or_park(c, listener, out);
+}
+
+int perch_conn_try_read(struct perch_conn *c, struct perch_read_result *out)
+{
+	if (!c || !out)
+		return -EINVAL;
+	if (!perch__cas_uptr(&c->read_waiter, PERCH__SLOT_EMPTY, PERCH__SLOT_CLAIM))
+		return -EBUSY;
+	int rc = -EAGAIN;
+	if (read_is_ready(c)) {
+		fill_result(c, out);
+		rc = 0;
+	}
+	release_claim(c);
+	return rc;
+}
+
+int perch_conn_read(struct perch_conn *c, struct perch_read_result *out,
+		    struct perch_vtask_handle *task)
+{
+	if (!c || !out || !task)
+		return -EINVAL;
+	int rc = try_read_or_park(c, &c->self_reader, out);
+	if (rc == PERCH_PENDING) {
+		/* on_parking ran on this thread before the publish, so the token is ours. */
+		task->task = &c->read_task;
+		task->token = c->read_token;
+	}
+	return rc;
+}
+
+int perch_conn_advance(struct perch_conn *c, size_t consumed, size_t examined)
+{
+	if (!c || !c->rd_have_result || consumed > examined || examined > c->rd_result_len)
+		return -EINVAL;
+	uint64_t new_examined = c->rd_result_base + examined;
+	if (new_examined < c->rd_examined)
+		return -EINVAL;
+	consume_bytes(c, consumed);
+	c->rd_consumed = c->rd_result_base + consumed;
+	c->rd_examined = new_examined;
+	c->rd_have_result = false;
+	return 0;
+}
+
+int perch_conn_cancel_read(struct perch_conn *c)
+{
+	if (!c)
+		return -EINVAL;
+	perch__xchg_u32(&c->rd_cancel, 1);
+	wake_reader(c);
+	return 0;
+}
+
+/* ================= public calls: one writer, any thread ================= */
+
+static struct perch__txbuf *txbuf_with_room(struct perch_conn *c, size_t want)
+{
+	struct perch__txbuf *t = c->staged_tail;
+	if (t && t->cap > t->len)
+		return t;
+	size_t cap = want > TXBUF_MIN_CAP ? want : TXBUF_MIN_CAP;
+	if (cap > UINT32_MAX)
+		cap = UINT32_MAX;
+	struct perch__txbuf *b = malloc(sizeof(*b) + cap);
+	if (!b)
+		return NULL;
+	b->next = NULL;
+	b->len = 0;
+	b->cap = (uint32_t)cap;
+	if (t)
+		t->next = b;
+	else
+		c->staged_head = b;
+	c->staged_tail = b;
+	return b;
+}
+
+int perch_conn_write(struct perch_conn *c, const void *data, size_t len)
+{
+	if (!c || (!data && len))
+		return -EINVAL;
+	if (perch__load_u32(&c->flush_busy))
+		return -EBUSY;
+	if (tx_is_closed(c))
+		return -EPIPE;
+	const uint8_t *p = data;
+	while (len > 0) {
+		struct perch__txbuf *b = txbuf_with_room(c, len);
+		if (!b)
+			return -ENOMEM;
+		size_t n = b->cap - b->len;
+		if (n > len)
+			n = len;
+		memcpy(b->data + b->len, p, n);
+		b->len += (uint32_t)n;
+		c->staged_len += n;
+		p += n;
+		len -= n;
+	}
+	return 0;
+}
+
+int perch_conn_try_flush_or_park(struct perch_conn *c, struct perch_flush_listener *listener)
+{
+	if (!c || !listener || !listener->on_parking || !listener->on_flush_done)
+		return -EINVAL;
+	return try_flush_or_park(c, listener);
+}
+
+int perch_conn_flush(struct perch_conn *c, struct perch_vtask_handle *task)
+{
+	if (!c || !task)
+		return -EINVAL;
+	int rc = try_flush_or_park(c, &c->self_flusher);
+	if (rc == PERCH_PENDING) {
+		task->task = &c->flush_task;
+		task->token = c->flush_token;
+	}
+	return rc;
+}
+
+/* ================= public calls: lifecycle, any thread ================= */
+
+int perch_conn_close(struct perch_conn *c)
+{
+	if (!c)
+		return -EINVAL;
+	if (perch__for_u32(&c->rx_flags, PERCH__RX_CLOSED) & PERCH__RX_CLOSED)
+		return 0;
+	wake_reader(c);
+	complete_flush(c, -EPIPE);
+	if (c->ops->close)
+		c->ops->close(c);
+	return 0;
+}
+
+void perch_conn_release(struct perch_conn *c)
+{
+	if (!c)
+		return;
+	perch_conn_close(c);
+	perch__conn_unref(c);
+}
+
+bool perch_conn_is_closed(const struct perch_conn *c)
+{
+	return !c || tx_is_closed(c);
+}

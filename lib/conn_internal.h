@@ -1,0 +1,110 @@
+/* lib/conn_internal.h: the connection's state and the entry points a backend (or a test reactor) calls. */
+#ifndef PERCH_LIB_CONN_INTERNAL_H
+#define PERCH_LIB_CONN_INTERNAL_H
+
+#include <ck_cc.h>
+#include <ck_fifo.h>
+#include <ck_md.h>
+
+#include <perch/conn.h>
+
+/* Staged outbound bytes: a chain owned by the writer until flush hands it to the backend. */
+struct perch__txbuf {
+	struct perch__txbuf *next;
+	uint32_t len;
+	uint32_t cap;
+	uint8_t data[];
+};
+
+/*
+ * What the conn core needs from whatever moves its bytes (io_uring, epoll,
+ * a test playing the reactor). The core calls these; it never calls the
+ * kernel itself.
+ */
+struct perch__transport_ops {
+	/* Owns `chain` until it calls perch__conn_send_done(c, chain, result). */
+	void (*send)(struct perch_conn *c, struct perch__txbuf *chain);
+	/* A consumed segment goes back to its owner; called from any thread. */
+	void (*release_seg)(struct perch_conn *c, struct perch_seg *seg);
+	/* The connection was closed: cancel in-flight work (its completions still come). */
+	void (*close)(struct perch_conn *c);
+	/* Last reference gone; optional. The core frees `c` after it returns. */
+	void (*destroy)(struct perch_conn *c);
+};
+
+/* The read slot's marks; any other value is a parked struct perch_recv_listener *. */
+#define PERCH__SLOT_EMPTY        ((uintptr_t)0)
+#define PERCH__SLOT_CLAIM        ((uintptr_t)1)
+#define PERCH__SLOT_CLAIM_MARKED ((uintptr_t)2)
+
+/* rx_flags bits, only ever set (by read-modify-write), never cleared. */
+#define PERCH__RX_PEER_FIN  1u
+#define PERCH__RX_ERROR     2u
+#define PERCH__RX_CLOSED    4u
+
+struct perch_conn {
+	/* ---- read slot and what completions publish (any thread) ---- */
+	uintptr_t read_waiter CK_CC_CACHELINE;
+	uint64_t rx_total;             /* bytes ever queued (faa by the producer) */
+	uint32_t rx_flags;             /* PERCH__RX_* */
+	uint32_t rd_cancel;            /* a cancel not yet reported */
+	int32_t rx_error;              /* written before PERCH__RX_ERROR is set */
+	ck_fifo_spsc_t rx_fifo;        /* producer: the backend; consumer: the reader */
+
+	/* ---- reader-private: touched only by the read that owns the slot ---- */
+	struct perch_seg *rd_head CK_CC_CACHELINE;
+	struct perch_seg *rd_tail;
+	size_t rd_head_off;            /* consumed bytes of rd_head */
+	uint64_t rd_drained;           /* bytes moved from rx_fifo to the rd_ list */
+	uint64_t rd_consumed;          /* stream offset of the first unconsumed byte */
+	uint64_t rd_examined;          /* stream offset the reader has examined to */
+	uint64_t rd_result_base;       /* stream offset the last result started at */
+	uint64_t rd_result_len;
+	bool rd_have_result;
+
+	/* ---- flush arm (any thread) ---- */
+	uint32_t flush_busy CK_CC_CACHELINE;   /* the in-progress guard */
+	uint32_t flush_armed;          /* a parked flusher not yet signalled */
+	void *flush_listener;          /* stored before flush_armed publishes it */
+
+	/* ---- writer-private ---- */
+	struct perch__txbuf *staged_head;
+	struct perch__txbuf *staged_tail;
+	size_t staged_len;
+
+	/* ---- lifecycle ---- */
+	uint32_t refs;
+	const struct perch__transport_ops *ops;
+	void *transport;               /* the backend's per-connection state */
+
+	/* ---- the connection as its own listener ---- */
+	struct perch_recv_listener self_reader;
+	struct perch_flush_listener self_flusher;
+	struct perch_vtask read_task;
+	struct perch_vtask flush_task;
+	uint32_t read_token;
+	uint32_t flush_token;
+};
+
+/*
+ * Creates a connection driven by `ops`. Returns NULL on ENOMEM or NULL ops.
+ * The caller holds one reference (perch_conn_release drops it).
+ */
+struct perch_conn *perch__conn_new(const struct perch__transport_ops *ops, void *transport);
+
+/* ---- completion entry points: one producer (the loop thread) at a time ---- */
+
+/* Queues a received segment; wakes a parked read. Returns 0 or -ENOMEM (seg not taken). */
+int perch__conn_recv_arrived(struct perch_conn *c, struct perch_seg *seg);
+/* The peer sent FIN: the reader sees `completed` after every queued byte. */
+void perch__conn_peer_closed(struct perch_conn *c);
+/* The socket failed (RST, ...): reads report `err` after the queued bytes; flushes fail. */
+void perch__conn_failed(struct perch_conn *c, int err);
+/* The backend is done with a chain given to ops->send: taken whole (0) or failed. */
+void perch__conn_send_done(struct perch_conn *c, struct perch__txbuf *chain, int result);
+
+/* References held by in-flight backend work. */
+void perch__conn_ref(struct perch_conn *c);
+void perch__conn_unref(struct perch_conn *c);
+
+#endif /* PERCH_LIB_CONN_INTERNAL_H */

@@ -1,0 +1,120 @@
+/* tests/fake_transport.h: a transport that records what the conn core hands it, so tests play the reactor. */
+#ifndef PERCH_TESTS_FAKE_TRANSPORT_H
+#define PERCH_TESTS_FAKE_TRANSPORT_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "conn_internal.h"
+
+struct fake_transport {
+	struct perch__txbuf *sent;     /* the chain of the last send, until send_done */
+	int sends;
+	int closes;
+	int segs_out;                  /* segments handed to the conn and not yet returned */
+	int destroyed;
+};
+
+static inline void fake_send(struct perch_conn *c, struct perch__txbuf *chain)
+{
+	struct fake_transport *t = c->transport;
+	t->sent = chain;
+	t->sends++;
+}
+
+static inline void fake_release_seg(struct perch_conn *c, struct perch_seg *seg)
+{
+	struct fake_transport *t = c->transport;
+	t->segs_out--;
+	free(seg);
+}
+
+static inline void fake_close(struct perch_conn *c)
+{
+	struct fake_transport *t = c->transport;
+	t->closes++;
+}
+
+static inline void fake_destroy(struct perch_conn *c)
+{
+	struct fake_transport *t = c->transport;
+	t->destroyed++;
+}
+
+static const struct perch__transport_ops fake_ops = {
+	.send = fake_send,
+	.release_seg = fake_release_seg,
+	.close = fake_close,
+	.destroy = fake_destroy,
+};
+
+/* Queues a copy of `s` as one received segment, as a backend would. */
+static inline void fake_recv(struct perch_conn *c, const char *s)
+{
+	struct fake_transport *t = c->transport;
+	size_t n = strlen(s);
+	struct perch_seg *seg = calloc(1, sizeof(*seg) + n);
+	seg->data = (uint8_t *)(seg + 1);
+	memcpy(seg->data, s, n);
+	seg->len = (uint32_t)n;
+	t->segs_out++;
+	perch__conn_recv_arrived(c, seg);
+}
+
+/* Completes the outstanding send as the kernel would. */
+static inline void fake_send_done(struct perch_conn *c, int result)
+{
+	struct fake_transport *t = c->transport;
+	struct perch__txbuf *chain = t->sent;
+	t->sent = NULL;
+	perch__conn_send_done(c, chain, result);
+}
+
+/* Counting listeners: each delivery, and each readying, is tallied. */
+struct counting_reader {
+	struct perch_recv_listener l;
+	int parkings;
+	int deliveries;
+	void (*during_parking)(struct perch_conn *c);
+};
+
+static inline void counting_reader_parking(struct perch_recv_listener *l, struct perch_conn *c)
+{
+	struct counting_reader *r = (struct counting_reader *)l;
+	r->parkings++;
+	if (r->during_parking)
+		r->during_parking(c);
+}
+
+static inline void counting_reader_ready(struct perch_recv_listener *l, struct perch_conn *c)
+{
+	((struct counting_reader *)l)->deliveries++;
+}
+
+#define COUNTING_READER { { counting_reader_parking, counting_reader_ready }, 0, 0, NULL }
+
+struct counting_flusher {
+	struct perch_flush_listener l;
+	int parkings;
+	int deliveries;
+	int last_result;
+	void (*during_done)(struct counting_flusher *f, struct perch_conn *c);
+};
+
+static inline void counting_flusher_parking(struct perch_flush_listener *l, struct perch_conn *c)
+{
+	((struct counting_flusher *)l)->parkings++;
+}
+
+static inline void counting_flusher_done(struct perch_flush_listener *l, struct perch_conn *c, int result)
+{
+	struct counting_flusher *f = (struct counting_flusher *)l;
+	f->deliveries++;
+	f->last_result = result;
+	if (f->during_done)
+		f->during_done(f, c);
+}
+
+#define COUNTING_FLUSHER { { counting_flusher_parking, counting_flusher_done }, 0, 0, 0, NULL }
+
+#endif /* PERCH_TESTS_FAKE_TRANSPORT_H */

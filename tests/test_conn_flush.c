@@ -1,0 +1,245 @@
+/* tests/test_conn_flush.c: the flush arm, one path per test: parked, refused, nothing staged, closed, order. */
+#include "config.h"
+
+#include "cmocka_prelude.h"
+
+#include <perch.h>
+
+#include "fake_transport.h"
+
+struct fixture {
+	struct fake_transport t;
+	struct perch_conn *c;
+};
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	f->c = perch__conn_new(&fake_ops, &f->t);
+	assert_non_null(f->c);
+	*state = f;
+	return 0;
+}
+
+/* Ends with the kernel's last completion, as a backend would deliver it, then the release. */
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+	if (f->t.sent)
+		fake_send_done(f->c, -ECANCELED);
+	perch_conn_release(f->c);
+	assert_int_equal(f->t.destroyed, 1);
+	free(f);
+	return 0;
+}
+
+static struct perch_conn *conn_of(void **state)
+{
+	return ((struct fixture *)*state)->c;
+}
+
+static struct fake_transport *transport_of(void **state)
+{
+	return &((struct fixture *)*state)->t;
+}
+
+static void flush_parks_and_is_delivered_once(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct counting_flusher f = COUNTING_FLUSHER;
+	assert_int_equal(perch_conn_write(c, "hello", 5), 0);
+	assert_int_equal(perch_conn_try_flush_or_park(c, &f.l), PERCH_PENDING);
+	assert_int_equal(f.parkings, 1);
+	assert_int_equal(transport_of(state)->sends, 1);
+	assert_int_equal(transport_of(state)->sent->len, 5);
+	assert_memory_equal(transport_of(state)->sent->data, "hello", 5);
+	assert_int_equal(f.deliveries, 0);
+	fake_send_done(c, 0);
+	assert_int_equal(f.deliveries, 1);
+	assert_int_equal(f.last_result, 0);
+}
+
+static void flush_with_nothing_staged_leaves_the_earlier_result_readable(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct perch_vtask_handle first, second = { NULL, 0 };
+	int64_t r = -1;
+	assert_int_equal(perch_conn_write(c, "x", 1), 0);
+	assert_int_equal(perch_conn_flush(c, &first), PERCH_PENDING);
+	fake_send_done(c, 0);
+	/* Nothing staged: done at once, and the earlier task is not readied again. */
+	assert_int_equal(perch_conn_flush(c, &second), 0);
+	assert_null(second.task);
+	assert_int_equal(perch_vtask_result(first, &r), 0);
+	assert_int_equal(r, 0);
+	struct counting_flusher f = COUNTING_FLUSHER;
+	assert_int_equal(perch_conn_try_flush_or_park(c, &f.l), 0);
+	assert_int_equal(f.parkings, 0);
+}
+
+static void second_flush_refused_while_one_is_parked(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct counting_flusher first = COUNTING_FLUSHER, second = COUNTING_FLUSHER;
+	assert_int_equal(perch_conn_write(c, "a", 1), 0);
+	assert_int_equal(perch_conn_try_flush_or_park(c, &first.l), PERCH_PENDING);
+	assert_int_equal(perch_conn_try_flush_or_park(c, &second.l), -EBUSY);
+	assert_int_equal(second.parkings, 0);
+	/* Writing while a flush is in progress is refused, not corrupted. */
+	assert_int_equal(perch_conn_write(c, "b", 1), -EBUSY);
+	fake_send_done(c, 0);
+	assert_int_equal(first.deliveries, 1);
+	assert_int_equal(second.deliveries, 0);
+	assert_int_equal(transport_of(state)->sends, 1);
+}
+
+static void flush_after_peer_fin_leaves_the_kernels_flush_to_complete(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct counting_flusher first = COUNTING_FLUSHER, second = COUNTING_FLUSHER;
+	assert_int_equal(perch_conn_write(c, "a", 1), 0);
+	assert_int_equal(perch_conn_try_flush_or_park(c, &first.l), PERCH_PENDING);
+	perch__conn_peer_closed(c);
+	assert_int_equal(perch_conn_try_flush_or_park(c, &second.l), -EBUSY);
+	assert_int_equal(second.parkings, 0);
+	fake_send_done(c, 0);
+	assert_int_equal(first.deliveries, 1);
+	assert_int_equal(first.last_result, 0);
+}
+
+static void flush_on_closed_conn_leaves_the_outstanding_send_to_complete(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct counting_flusher first = COUNTING_FLUSHER, second = COUNTING_FLUSHER;
+	assert_int_equal(perch_conn_write(c, "a", 1), 0);
+	assert_int_equal(perch_conn_try_flush_or_park(c, &first.l), PERCH_PENDING);
+	perch_conn_close(c);
+	assert_int_equal(first.deliveries, 1);
+	assert_int_equal(first.last_result, -EPIPE);
+	/* The kernel still holds the send: its chain is alive until its completion. */
+	assert_non_null(transport_of(state)->sent);
+	assert_int_equal(perch_conn_write(c, "b", 1), -EPIPE);
+	assert_int_equal(perch_conn_try_flush_or_park(c, &second.l), 0);
+	assert_int_equal(second.parkings, 0);
+	fake_send_done(c, -ECANCELED);
+	assert_int_equal(first.deliveries, 1);
+	assert_int_equal(second.deliveries, 0);
+}
+
+static void flush_of_staged_bytes_on_closed_conn_is_refused_and_drops_them(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct counting_flusher f = COUNTING_FLUSHER;
+	assert_int_equal(perch_conn_write(c, "abc", 3), 0);
+	perch__conn_failed(c, -ECONNRESET);
+	assert_int_equal(perch_conn_try_flush_or_park(c, &f.l), -EPIPE);
+	assert_int_equal(f.parkings, 0);
+	assert_int_equal(transport_of(state)->sends, 0);
+	assert_int_equal(c->staged_len, 0);
+	assert_int_equal(c->flush_busy, 0);
+}
+
+static void error_fails_the_parked_flush_once(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct counting_flusher f = COUNTING_FLUSHER;
+	assert_int_equal(perch_conn_write(c, "abc", 3), 0);
+	assert_int_equal(perch_conn_try_flush_or_park(c, &f.l), PERCH_PENDING);
+	perch__conn_failed(c, ECONNRESET);
+	assert_int_equal(f.deliveries, 1);
+	assert_int_equal(f.last_result, -ECONNRESET);
+	fake_send_done(c, -ECONNRESET);
+	perch_conn_close(c);
+	assert_int_equal(f.deliveries, 1);
+}
+
+/* Seen from inside on_flush_done: disarmed, listener taken, guard released, in that order before the signal. */
+static struct counting_flusher next_flusher = COUNTING_FLUSHER;
+static int checks_in_done;
+
+static void check_order_then_flush_again(struct counting_flusher *f, struct perch_conn *c)
+{
+	assert_int_equal(c->flush_armed, 0);
+	assert_null(c->flush_listener);
+	assert_int_equal(c->flush_busy, 0);
+	checks_in_done++;
+	f->during_done = NULL;
+	assert_int_equal(perch_conn_write(c, "next", 4), 0);
+	assert_int_equal(perch_conn_try_flush_or_park(c, &next_flusher.l), PERCH_PENDING);
+}
+
+static void flush_completion_disarms_takes_listener_releases_guard_then_signals(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct counting_flusher f = COUNTING_FLUSHER;
+	f.during_done = check_order_then_flush_again;
+	checks_in_done = 0;
+	assert_int_equal(perch_conn_write(c, "first", 5), 0);
+	assert_int_equal(perch_conn_try_flush_or_park(c, &f.l), PERCH_PENDING);
+	fake_send_done(c, 0);
+	assert_int_equal(checks_in_done, 1);
+	assert_int_equal(f.deliveries, 1);
+	/* The flush made from inside the signal is its own, signalled by its own send. */
+	assert_int_equal(next_flusher.parkings, 1);
+	assert_int_equal(next_flusher.deliveries, 0);
+	assert_int_equal(transport_of(state)->sent->len, 4);
+	fake_send_done(c, 0);
+	assert_int_equal(next_flusher.deliveries, 1);
+	assert_int_equal(f.deliveries, 1);
+}
+
+static void large_write_spans_buffers_in_order(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	static uint8_t big[10000];
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (uint8_t)(i * 7);
+	assert_int_equal(perch_conn_write(c, big, 100), 0);
+	assert_int_equal(perch_conn_write(c, big + 100, sizeof(big) - 100), 0);
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_conn_flush(c, &h), PERCH_PENDING);
+	size_t off = 0;
+	for (struct perch__txbuf *b = transport_of(state)->sent; b; b = b->next) {
+		assert_memory_equal(b->data, big + off, b->len);
+		off += b->len;
+	}
+	assert_int_equal(off, sizeof(big));
+	fake_send_done(c, 0);
+	int64_t r = -1;
+	assert_int_equal(perch_vtask_wait(h, 0, &r), 0);
+	assert_int_equal(r, 0);
+}
+
+static void bad_arguments_return_einval(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct counting_flusher f = COUNTING_FLUSHER;
+	struct perch_flush_listener half = { counting_flusher_parking, NULL };
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_conn_write(NULL, "a", 1), -EINVAL);
+	assert_int_equal(perch_conn_write(c, NULL, 1), -EINVAL);
+	assert_int_equal(perch_conn_write(c, NULL, 0), 0);
+	assert_int_equal(perch_conn_try_flush_or_park(NULL, &f.l), -EINVAL);
+	assert_int_equal(perch_conn_try_flush_or_park(c, NULL), -EINVAL);
+	assert_int_equal(perch_conn_try_flush_or_park(c, &half), -EINVAL);
+	assert_int_equal(perch_conn_flush(c, NULL), -EINVAL);
+	assert_int_equal(perch_conn_flush(NULL, &h), -EINVAL);
+	assert_int_equal(c->flush_busy, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(flush_parks_and_is_delivered_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(flush_with_nothing_staged_leaves_the_earlier_result_readable, setup, teardown),
+		cmocka_unit_test_setup_teardown(second_flush_refused_while_one_is_parked, setup, teardown),
+		cmocka_unit_test_setup_teardown(flush_after_peer_fin_leaves_the_kernels_flush_to_complete, setup, teardown),
+		cmocka_unit_test_setup_teardown(flush_on_closed_conn_leaves_the_outstanding_send_to_complete, setup, teardown),
+		cmocka_unit_test_setup_teardown(flush_of_staged_bytes_on_closed_conn_is_refused_and_drops_them, setup, teardown),
+		cmocka_unit_test_setup_teardown(error_fails_the_parked_flush_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(flush_completion_disarms_takes_listener_releases_guard_then_signals, setup, teardown),
+		cmocka_unit_test_setup_teardown(large_write_spans_buffers_in_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(bad_arguments_return_einval, setup, teardown),
+	};
+	return cmocka_run_group_tests_name("conn_flush", tests, NULL, NULL);
+}

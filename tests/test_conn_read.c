@@ -1,0 +1,306 @@
+/* tests/test_conn_read.c: the read slot, one path per test: served, parked, refused, marked, closed, canceled, EOF. */
+#include "config.h"
+
+#include "cmocka_prelude.h"
+
+#include <perch.h>
+
+#include "fake_transport.h"
+
+struct fixture {
+	struct fake_transport t;
+	struct perch_conn *c;
+};
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	f->c = perch__conn_new(&fake_ops, &f->t);
+	assert_non_null(f->c);
+	*state = f;
+	return 0;
+}
+
+/* Every test ends by releasing the connection: no segment may stay out. */
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+	perch_conn_release(f->c);
+	assert_int_equal(f->t.destroyed, 1);
+	assert_int_equal(f->t.segs_out, 0);
+	free(f);
+	return 0;
+}
+
+static struct perch_conn *conn_of(void **state)
+{
+	return ((struct fixture *)*state)->c;
+}
+
+static void read_with_bytes_queued_is_served_at_once(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct counting_reader r = COUNTING_READER;
+	struct perch_read_result res;
+	fake_recv(c, "hello");
+	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, &res), 0);
+	assert_int_equal(res.len, 5);
+	assert_memory_equal(res.first->data + res.first_off, "hello", 5);
+	assert_false(res.completed);
+	assert_int_equal(r.parkings, 0);
+	assert_int_equal(r.deliveries, 0);
+	assert_int_equal(c->read_waiter, PERCH__SLOT_EMPTY);
+}
+
+static void read_parks_and_is_delivered_once(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct counting_reader r = COUNTING_READER;
+	struct perch_read_result res;
+	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, &res), PERCH_PENDING);
+	assert_int_equal(r.parkings, 1);
+	assert_int_equal(r.deliveries, 0);
+	fake_recv(c, "ab");
+	assert_int_equal(r.deliveries, 1);
+	fake_recv(c, "cd");
+	perch__conn_peer_closed(c);
+	assert_int_equal(r.deliveries, 1);
+	assert_int_equal(perch_conn_try_read(c, &res), 0);
+	assert_int_equal(res.len, 4);
+	assert_true(res.completed);
+}
+
+static void second_read_refused_while_parked_leaves_the_parked_one(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct counting_reader first = COUNTING_READER, second = COUNTING_READER;
+	struct perch_read_result res;
+	assert_int_equal(perch_conn_try_read_or_park(c, &first.l, &res), PERCH_PENDING);
+	assert_int_equal(perch_conn_try_read_or_park(c, &second.l, &res), -EBUSY);
+	assert_int_equal(perch_conn_try_read(c, &res), -EBUSY);
+	assert_int_equal(second.parkings, 0);
+	fake_recv(c, "x");
+	assert_int_equal(first.deliveries, 1);
+	assert_int_equal(second.deliveries, 0);
+	assert_int_equal(second.parkings, 0);
+}
+
+static void land_bytes_during_parking(struct perch_conn *c)
+{
+	fake_recv(c, "late");
+}
+
+static void completion_during_on_parking_is_served_synchronously(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct counting_reader r = COUNTING_READER;
+	struct perch_read_result res;
+	r.during_parking = land_bytes_during_parking;
+	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, &res), 0);
+	assert_int_equal(res.len, 4);
+	assert_int_equal(r.parkings, 1);
+	assert_int_equal(r.deliveries, 0);
+	/* The slot was released: the next read claims it and parks. */
+	assert_int_equal(c->read_waiter, PERCH__SLOT_EMPTY);
+	assert_int_equal(perch_conn_advance(c, 4, 4), 0);
+	r.during_parking = NULL;
+	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, &res), PERCH_PENDING);
+	perch_conn_close(c);
+	assert_int_equal(r.deliveries, 1);
+}
+
+static void close_while_parked_delivers_closed_once(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct counting_reader r = COUNTING_READER;
+	struct perch_read_result res;
+	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, &res), PERCH_PENDING);
+	assert_int_equal(perch_conn_close(c), 0);
+	assert_int_equal(perch_conn_close(c), 0);
+	fake_recv(c, "after");
+	assert_int_equal(r.deliveries, 1);
+	assert_int_equal(((struct fixture *)*state)->t.closes, 1);
+	assert_int_equal(perch_conn_try_read(c, &res), 0);
+	assert_true(res.closed);
+	/* Later reads never park on a closed connection. */
+	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, &res), 0);
+	assert_true(res.closed);
+	assert_int_equal(r.parkings, 1);
+}
+
+static void cancel_wakes_the_parked_read_canceled(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct counting_reader r = COUNTING_READER;
+	struct perch_read_result res;
+	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, &res), PERCH_PENDING);
+	assert_int_equal(perch_conn_cancel_read(c), 0);
+	assert_int_equal(r.deliveries, 1);
+	assert_int_equal(perch_conn_try_read(c, &res), 0);
+	assert_true(res.canceled);
+	assert_int_equal(res.len, 0);
+	/* The cancel is reported once: the next read parks. */
+	assert_int_equal(perch_conn_advance(c, 0, 0), 0);
+	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, &res), PERCH_PENDING);
+	fake_recv(c, "z");
+	assert_int_equal(r.deliveries, 2);
+	assert_int_equal(perch_conn_try_read(c, &res), 0);
+	assert_false(res.canceled);
+	assert_int_equal(res.len, 1);
+}
+
+static void cancel_with_nothing_parked_marks_the_next_read(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct counting_reader r = COUNTING_READER;
+	struct perch_read_result res;
+	assert_int_equal(perch_conn_cancel_read(c), 0);
+	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, &res), 0);
+	assert_true(res.canceled);
+	assert_int_equal(r.parkings, 0);
+}
+
+static void eof_comes_after_every_queued_byte(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct counting_reader r = COUNTING_READER;
+	struct perch_read_result res;
+	fake_recv(c, "one");
+	fake_recv(c, "two");
+	perch__conn_peer_closed(c);
+	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, &res), 0);
+	assert_int_equal(res.len, 6);
+	assert_true(res.completed);
+	assert_int_equal(res.first->len, 3);
+	assert_memory_equal(res.first->next->data, "two", 3);
+	assert_int_equal(perch_conn_advance(c, 4, 6), 0);
+	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, &res), 0);
+	assert_int_equal(res.len, 2);
+	assert_int_equal(res.first_off, 1);
+	assert_int_equal(perch_conn_advance(c, 2, 2), 0);
+	assert_int_equal(((struct fixture *)*state)->t.segs_out, 0);
+	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, &res), 0);
+	assert_int_equal(res.len, 0);
+	assert_true(res.completed);
+	assert_int_equal(r.parkings, 0);
+}
+
+static void error_is_reported_with_the_bytes_before_it(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct counting_reader r = COUNTING_READER;
+	struct perch_read_result res;
+	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, &res), PERCH_PENDING);
+	fake_recv(c, "data");
+	perch__conn_failed(c, ECONNRESET);
+	assert_int_equal(r.deliveries, 1);
+	assert_int_equal(perch_conn_try_read(c, &res), 0);
+	assert_int_equal(res.len, 4);
+	assert_int_equal(res.error, -ECONNRESET);
+	assert_true(perch_conn_is_closed(c));
+}
+
+static void examined_to_the_end_parks_the_next_read(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct counting_reader r = COUNTING_READER;
+	struct perch_read_result res;
+	fake_recv(c, "GET /");
+	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, &res), 0);
+	/* Nothing consumed, everything examined: wait for more instead of spinning. */
+	assert_int_equal(perch_conn_advance(c, 0, res.len), 0);
+	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, &res), PERCH_PENDING);
+	fake_recv(c, " HTTP");
+	assert_int_equal(r.deliveries, 1);
+	assert_int_equal(perch_conn_try_read(c, &res), 0);
+	assert_int_equal(res.len, 10);
+	/* Examined may not move back before the earlier position. */
+	assert_int_equal(perch_conn_advance(c, 0, 3), -EINVAL);
+	assert_int_equal(perch_conn_advance(c, 10, 10), 0);
+}
+
+static void advance_misuse_is_refused(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct perch_read_result res;
+	assert_int_equal(perch_conn_advance(c, 0, 0), -EINVAL); /* no read yet */
+	fake_recv(c, "abc");
+	assert_int_equal(perch_conn_try_read(c, &res), 0);
+	assert_int_equal(perch_conn_advance(c, 2, 1), -EINVAL); /* consumed past examined */
+	assert_int_equal(perch_conn_advance(c, 0, 4), -EINVAL); /* past the result */
+	assert_int_equal(perch_conn_advance(c, 1, 1), 0);
+	assert_int_equal(perch_conn_advance(c, 1, 1), -EINVAL); /* twice for one read */
+	assert_int_equal(perch_conn_try_read(c, &res), 0);
+	assert_int_equal(res.len, 2);
+	assert_int_equal(perch_conn_advance(c, 2, 2), 0);
+	assert_int_equal(perch_conn_try_read(c, &res), -EAGAIN);
+}
+
+static void conn_read_completes_its_own_value_task(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct perch_read_result res;
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_conn_read(c, &res, &h), PERCH_PENDING);
+	assert_int_equal(perch_vtask_status(h), PERCH_PENDING);
+	fake_recv(c, "hi");
+	assert_int_equal(perch_vtask_status(h), 0);
+	assert_int_equal(perch_conn_try_read(c, &res), 0);
+	assert_int_equal(res.len, 2);
+	assert_int_equal(perch_conn_advance(c, 2, 2), 0);
+	/* Served at once: the earlier task is left as it was. */
+	fake_recv(c, "again");
+	struct perch_vtask_handle h2 = { NULL, 0 };
+	assert_int_equal(perch_conn_read(c, &res, &h2), 0);
+	assert_null(h2.task);
+	assert_int_equal(perch_vtask_status(h), 0);
+	assert_int_equal(perch_conn_advance(c, 5, 5), 0);
+	/* A new park readies a new version: the old token is stale. */
+	assert_int_equal(perch_conn_read(c, &res, &h2), PERCH_PENDING);
+	assert_int_equal(perch_vtask_status(h), -ESTALE);
+	perch_conn_close(c);
+	assert_int_equal(perch_vtask_status(h2), 0);
+}
+
+static void bad_arguments_return_einval(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct counting_reader r = COUNTING_READER;
+	struct perch_recv_listener half = { counting_reader_parking, NULL };
+	struct perch_read_result res;
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_conn_try_read_or_park(NULL, &r.l, &res), -EINVAL);
+	assert_int_equal(perch_conn_try_read_or_park(c, NULL, &res), -EINVAL);
+	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, NULL), -EINVAL);
+	assert_int_equal(perch_conn_try_read_or_park(c, &half, &res), -EINVAL);
+	assert_int_equal(perch_conn_try_read(NULL, &res), -EINVAL);
+	assert_int_equal(perch_conn_try_read(c, NULL), -EINVAL);
+	assert_int_equal(perch_conn_read(c, NULL, &h), -EINVAL);
+	assert_int_equal(perch_conn_read(c, &res, NULL), -EINVAL);
+	assert_int_equal(perch_conn_advance(NULL, 0, 0), -EINVAL);
+	assert_int_equal(perch_conn_cancel_read(NULL), -EINVAL);
+	assert_int_equal(perch_conn_close(NULL), -EINVAL);
+	assert_null(perch__conn_new(NULL, NULL));
+	perch_conn_release(NULL);
+	assert_int_equal(c->read_waiter, PERCH__SLOT_EMPTY);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(read_with_bytes_queued_is_served_at_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(read_parks_and_is_delivered_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(second_read_refused_while_parked_leaves_the_parked_one, setup, teardown),
+		cmocka_unit_test_setup_teardown(completion_during_on_parking_is_served_synchronously, setup, teardown),
+		cmocka_unit_test_setup_teardown(close_while_parked_delivers_closed_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(cancel_wakes_the_parked_read_canceled, setup, teardown),
+		cmocka_unit_test_setup_teardown(cancel_with_nothing_parked_marks_the_next_read, setup, teardown),
+		cmocka_unit_test_setup_teardown(eof_comes_after_every_queued_byte, setup, teardown),
+		cmocka_unit_test_setup_teardown(error_is_reported_with_the_bytes_before_it, setup, teardown),
+		cmocka_unit_test_setup_teardown(examined_to_the_end_parks_the_next_read, setup, teardown),
+		cmocka_unit_test_setup_teardown(advance_misuse_is_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(conn_read_completes_its_own_value_task, setup, teardown),
+		cmocka_unit_test_setup_teardown(bad_arguments_return_einval, setup, teardown),
+	};
+	return cmocka_run_group_tests_name("conn_read", tests, NULL, NULL);
+}
