@@ -5,40 +5,42 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic.h"
 #include "conn_internal.h"
 
+/* Counters are bumped atomically: the race suite shares this transport across threads. */
 struct fake_transport {
 	struct perch__txbuf *sent;     /* the chain of the last send, until send_done */
-	int sends;
-	int closes;
-	int segs_out;                  /* segments handed to the conn and not yet returned */
-	int destroyed;
+	uint32_t sends;
+	uint32_t closes;
+	uint32_t segs_out;             /* segments handed to the conn and not yet returned */
+	uint32_t destroyed;
 };
 
 static inline void fake_send(struct perch_conn *c, struct perch__txbuf *chain)
 {
 	struct fake_transport *t = c->transport;
 	t->sent = chain;
-	t->sends++;
+	perch__faa_u32(&t->sends, 1);
 }
 
 static inline void fake_release_seg(struct perch_conn *c, struct perch_seg *seg)
 {
 	struct fake_transport *t = c->transport;
-	t->segs_out--;
+	perch__faa_u32(&t->segs_out, (uint32_t)-1);
 	free(seg);
 }
 
 static inline void fake_close(struct perch_conn *c)
 {
 	struct fake_transport *t = c->transport;
-	t->closes++;
+	perch__faa_u32(&t->closes, 1);
 }
 
 static inline void fake_destroy(struct perch_conn *c)
 {
 	struct fake_transport *t = c->transport;
-	t->destroyed++;
+	perch__faa_u32(&t->destroyed, 1);
 }
 
 static const struct perch__transport_ops fake_ops = {
@@ -57,7 +59,7 @@ static inline void fake_recv(struct perch_conn *c, const char *s)
 	seg->data = (uint8_t *)(seg + 1);
 	memcpy(seg->data, s, n);
 	seg->len = (uint32_t)n;
-	t->segs_out++;
+	perch__faa_u32(&t->segs_out, 1);
 	perch__conn_recv_arrived(c, seg);
 }
 
@@ -73,43 +75,43 @@ static inline void fake_send_done(struct perch_conn *c, int result)
 /* Counting listeners: each delivery, and each readying, is tallied. */
 struct counting_reader {
 	struct perch_recv_listener l;
-	int parkings;
-	int deliveries;
+	uint32_t parkings;
+	uint32_t deliveries;
 	void (*during_parking)(struct perch_conn *c);
 };
 
 static inline void counting_reader_parking(struct perch_recv_listener *l, struct perch_conn *c)
 {
 	struct counting_reader *r = (struct counting_reader *)l;
-	r->parkings++;
+	perch__faa_u32(&r->parkings, 1);
 	if (r->during_parking)
 		r->during_parking(c);
 }
 
 static inline void counting_reader_ready(struct perch_recv_listener *l, struct perch_conn *c)
 {
-	((struct counting_reader *)l)->deliveries++;
+	perch__faa_u32(&((struct counting_reader *)l)->deliveries, 1);
 }
 
 #define COUNTING_READER { { counting_reader_parking, counting_reader_ready }, 0, 0, NULL }
 
 struct counting_flusher {
 	struct perch_flush_listener l;
-	int parkings;
-	int deliveries;
+	uint32_t parkings;
+	uint32_t deliveries;
 	int last_result;
 	void (*during_done)(struct counting_flusher *f, struct perch_conn *c);
 };
 
 static inline void counting_flusher_parking(struct perch_flush_listener *l, struct perch_conn *c)
 {
-	((struct counting_flusher *)l)->parkings++;
+	perch__faa_u32(&((struct counting_flusher *)l)->parkings, 1);
 }
 
 static inline void counting_flusher_done(struct perch_flush_listener *l, struct perch_conn *c, int result)
 {
 	struct counting_flusher *f = (struct counting_flusher *)l;
-	f->deliveries++;
+	perch__faa_u32(&f->deliveries, 1);
 	f->last_result = result;
 	if (f->during_done)
 		f->during_done(f, c);

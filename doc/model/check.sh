@@ -79,10 +79,10 @@ check_one() {
 		*)
 			if [ "$errors" -ne 0 ]; then
 				first=$(grep -m1 '^pan:[0-9]*:' pan.out | sed 's/^pan:[0-9]*: *//')
-				printf '%s\tERRORS: %s: %s (trail: spin -t -p %s)\tFAIL\n' \
-					"$states" "$errors" "$first" "$file" >verdict
-				# keep the trail where the user can replay it
-				mkdir -p "$work/trails" && cp "$file".trail "$work"/*.pml "$work/trails/" 2>/dev/null
+				printf '%s\tERRORS: %s: %s (trail below)\tFAIL\n' \
+					"$states" "$errors" "$first" >verdict
+				# a correct model failed: replay the counterexample for the report
+				"$SPIN" -t -p -g "$file" 2>&1 | grep -v '^[[:space:]]*$' >trail.txt
 			elif grep -q 'Search not completed\|max search depth too small' pan.out; then
 				printf '%s\tsearch incomplete (raise PAN_DEPTH)\tFAIL\n' "$states" >verdict
 			elif grep -q '@all-reached' "$file"; then
@@ -121,6 +121,16 @@ for m in "${models[@]}"; do
 	fi
 	[ "$status" = ok ] || { fail=1; verdict="FAIL - $verdict"; }
 	printf '%-42s %9s  %s\n' "$name" "$states" "$verdict"
+	i=$((i + 1))
+done
+
+i=0
+for m in "${models[@]}"; do
+	if [ -s "$work/$i/trail.txt" ]; then
+		echo
+		echo "== counterexample for $(basename "$m") (spin -t -p -g) =="
+		cat "$work/$i/trail.txt"
+	fi
 	i=$((i + 1))
 done
 

@@ -1,31 +1,37 @@
 /*
- * flush_arm_tso.pml - the flush arm on x86-TSO: the fence a flush needs between
- * publishing its arm and re-checking closed (step 4b).
+ * flush_arm_tso.pml - the flush arm on x86-TSO: why step 4 publishes the arm
+ * with an exchange (lib/conn.c) and not with a store-release.
  *
  * flush_arm.pml assumes sequential consistency.  Step 4 / 4b and the close
  * form a Dekker pair:
  *
- *     flush:  store flush_listener ; store-release flush_armed=1 ; load closed
- *     close:  store closed=1       ; exchange(flush_armed, 0)
+ *     flush:  store flush_listener ; arm flush_armed=1     ; load closed (4b)
+ *     close:  fetch-or closed      ; exchange(flush_armed, 0)
  *
- * The close's side is ordered by its locked exchange.  The flush's side is a
- * plain (release) store then a load of another address, which x86 may reorder:
- * a store-release does not keep a later load behind it.  Without a store->load
- * fence (ck_pr_fence_store_load(), mfence) the flush can read closed == 0 while
- * its arm still sits in its store buffer, and the close's exchange then finds
- * flush_armed == 0 and signals nobody.  The flush returns PENDING; if the loop
- * drops a send that reaches a closed connection (never submitted, so no
- * completion), nobody ever signals it.  This model keeps the fence;
- * flush_arm_tso_broken_nofence.pml removes it and must fail.
+ * The close's side is locked instructions only.  lib/conn.c arms with an
+ * exchange, a locked instruction, so the listener and the arm are in memory
+ * before 4b loads closed: this model.  A store-release arm (what DESIGN.md
+ * says) is a plain store on x86 and does not keep the later load of closed
+ * behind it: the flush can read closed == 0 while its arm still sits in its
+ * store buffer, and the close's exchange then finds flush_armed == 0 and
+ * signals nobody.  The flush returns PENDING and is signalled only if the
+ * send it hands over still completes; a backend that drops a send reaching a
+ * closed connection loses it: flush_arm_tso_broken_arm_by_store.pml, which
+ * must fail.  (lib/conn_internal.h's transport contract says every send ends
+ * in perch__conn_send_done, which would rescue it; the exchange makes the
+ * protocol not depend on that.)
+ *
+ * Not covered: on aarch64 ck_pr_fas is a bare ldxr/stxr, not a fence; the
+ * arm needs ck_pr_fence_atomic_load() before 4b's load there (no-op on x86).
  *
  * Store buffers are modelled only where they can change an outcome: the
- * writer's two stores of step 4 (FIFO: flush_listener, then flush_armed).  The
- * other plain stores (flush_busy = 0, closed = 1) are followed by no load of
- * another protocol address before their thread's next locked instruction or
- * return, so buffering them is the same as performing them later, which the
+ * writer's stores of step 4 (FIFO: flush_listener, then flush_armed).  The
+ * other plain stores (flush_busy = 0) are followed by no load of another
+ * protocol address before their thread's next locked instruction or return,
+ * so buffering them is the same as performing them later, which the
  * interleavings already cover.  A buffered store is committed by the Drainer
  * at any moment, and at the latest when the writer runs a locked instruction
- * (the exchange of 4b, the MPSC push onto the inbox) or a fence.
+ * (the arm's exchange, 4b's exchange, the MPSC push onto the inbox).
  *
  * Actors: Writer (one flush, listener A, bytes staged), Reactor (completes the
  * send, or drops it if the connection is closed), Closer, Drainer.
@@ -98,11 +104,13 @@ proctype Writer()
 	fi;
 	/* 4. ready, store the listener, publish the arm: both into the store buffer */
 	readied = true;
-	d_step { sb_listener_val = LA; sb_listener = true };
+	d_step { sb_listener_val = LA; sb_listener = true };   /* plain store: buffered */
+#ifdef MUT_ARM_BY_STORE
+	/* mutant: arm with a store-release: buffered behind the listener */
 	sb_armed = true;
-#ifndef MUT_NO_FENCE
-	/* ck_pr_fence_store_load(): the arm is in memory before closed is loaded */
-	d_step { DRAIN_WRITER };
+#else
+	/* arm with an exchange: locked, drains the listener, then arms in memory */
+	d_step { DRAIN_WRITER; flush_armed = 1 };
 #endif
 	/* 4b. re-check closed (a plain load, from memory) */
 	if

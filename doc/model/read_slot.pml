@@ -1,17 +1,26 @@
 /*
- * read_slot.pml - the read waiter slot (DESIGN.md, "The read waiter slot").
+ * read_slot.pml - the read waiter slot (DESIGN.md, "The read waiter slot";
+ * lib/conn.c: try_read_or_park, perch_conn_try_read, wake_reader).
  *
  * Checks exactly-once delivery and no lost wake for perch_conn's read_waiter
  * word, under sequential consistency (every statement below is one atomic step
  * of an interleaving; see read_slot_tso.pml for x86 store buffering).
  *
  * Actors, all running at once and in every interleaving:
- *   Reader(1), Reader(2)  two reads racing on one connection (two threads, or
- *                         two calls), each one try_read_or_park with its own
- *                         listener L1 / L2;
+ *   Reader(1)             one try_read_or_park with listener L1;
+ *   Reader(2)             racing it: either one try_read_or_park with listener
+ *                         L2, or one perch_conn_try_read (claim, look, give the
+ *                         claim back, never parks);
  *   Completer(BYTES)      the loop queues received bytes, then wakes;
- *   Completer(CLOSE)      peer closed / conn closed: sets closed, then wakes;
- *   Completer(CANCEL)     cancel_pending_read: sets canceled, then wakes.
+ *   Completer(CLOSE)      peer FIN / error / perch_conn_close: sets its flag,
+ *                         then wakes;
+ *   Completer(CANCEL)     perch_conn_cancel_read: sets rd_cancel, then wakes.
+ *
+ * A completion whose CAS on a published listener fails returns, as
+ * wake_reader() does: only another completion can have taken the listener
+ * back, and it delivers (and shows this completion's state, published before).
+ * DESIGN.md's wording retries instead; read_slot_listener_retry.pml checks
+ * that form too.
  *
  * Every CAS / exchange is one atomic{} block; every plain load or store is one
  * statement.  Ghost variables (slot_owner, readied, result, deliveries) only
@@ -39,6 +48,7 @@
 #define R_EBUSY    1               /* refused, touched nothing             */
 #define R_SYNC     2               /* served synchronously (the delivery)  */
 #define R_PENDING  3               /* parked: on_recv_ready will deliver   */
+#define R_EAGAIN   4               /* perch_conn_try_read found nothing    */
 
 /* completer kinds */
 #define BYTES   1
@@ -74,7 +84,12 @@ inline on_recv_ready(l)
 
 proctype Reader(byte me)
 {
-	bool ok;
+	bool ok, parks = true;
+
+	if
+	:: me == 2 -> parks = false        /* perch_conn_try_read */
+	:: true
+	fi;
 
 #ifdef MUT_READY_BEFORE_CLAIM
 	/* mutant: the listener is readied before the guard that may refuse the read */
@@ -97,6 +112,22 @@ proctype Reader(byte me)
 		d_step {
 			assert(!readied[me]);
 			result[me] = R_EBUSY
+		}
+		goto out
+	:: else
+	fi;
+
+	if
+	:: !parks ->
+		/* perch_conn_try_read: look under the claim, then give it back (an
+		   exchange: a mark set meanwhile is cleared, nobody is parked on it) */
+		if
+		:: STATE_READY -> result[me] = R_SYNC
+		:: else -> result[me] = R_EAGAIN
+		fi;
+		atomic {
+			assert(read_waiter == CLAIM || read_waiter == CLAIM_MARKED);
+			read_waiter = EMPTY; slot_owner = 0
 		}
 		goto out
 	:: else
@@ -204,7 +235,11 @@ proctype Completer(byte kind)
 			}
 			if
 			:: ok -> on_recv_ready(w); break   /* only the side whose CAS won delivers */
-			:: else
+#ifdef LISTENER_RETRY
+			:: else                            /* DESIGN.md's form: look again */
+#else
+			:: else -> break                   /* lib/conn.c: the side that took it delivers */
+#endif
 			fi
 #endif
 		fi
@@ -233,7 +268,7 @@ init {
 	:: r <= 2 ->
 		if
 		:: result[r] == R_EBUSY   -> assert(!readied[r] && deliveries[r] == 0)
-		:: result[r] == R_SYNC    -> assert(deliveries[r] == 0)
+		:: result[r] == R_SYNC || result[r] == R_EAGAIN -> assert(deliveries[r] == 0)
 		:: result[r] == R_PENDING -> assert(readied[r] && deliveries[r] == 1)
 		:: else -> assert(false)
 		fi;

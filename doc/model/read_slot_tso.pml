@@ -1,28 +1,34 @@
 /*
- * read_slot_tso.pml - the read waiter slot on x86-TSO: the fence a completion
- * needs between making its state visible and looking at the slot.
+ * read_slot_tso.pml - the read waiter slot on x86-TSO: why a completion must
+ * publish its state with a read-modify-write (or a store and a store->load
+ * fence) before it looks at the slot.
  *
  * read_slot.pml assumes sequential consistency.  On x86 a plain store goes to
  * the storing CPU's store buffer and a later load of another address may be
- * served before that store reaches memory (store->load reordering).  Both sides
- * of the slot are a Dekker pair:
+ * served before that store reaches memory (store->load reordering).  The read
+ * and a completion form a Dekker pair:
  *
- *     read:        CAS slot EMPTY->CLAIM ;  load data_avail/closed   (re-check)
- *     completion:  store data_avail=1     ;  load slot                 (wake)
+ *     read:        CAS slot EMPTY->CLAIM ;  load rx_flags/rd_cancel/rx_total
+ *     completion:  publish new state     ;  load slot (wake_reader)
  *
  * The read's side is a locked instruction (a CAS drains the store buffer, so it
- * is a full barrier on x86).  The completion's side is a plain store then a
- * plain load: without a store->load fence (ck_pr_fence_store_load(), mfence)
- * the completion can see EMPTY while the read's re-check still sees no data,
- * and the read parks with the wake spent.  This model keeps the fence;
- * read_slot_tso_broken_nofence.pml removes it and must fail.
+ * is a full barrier on x86).  lib/conn.c publishes with read-modify-writes too
+ * (faa rx_total, fetch-or rx_flags, exchange rd_cancel), so nothing sits in a
+ * store buffer when wake_reader loads the slot: this model.  A plain store
+ * there (perch__store_*, a release store) lets the completion see EMPTY while
+ * the read's re-check still sees nothing, and the read parks with the wake
+ * spent: read_slot_tso_broken_publish_by_store.pml, which must fail.
+ * (ck_pr_fence_store_load() after a plain store would be as good as the RMW.)
+ *
+ * Not covered: ck_pr's read-modify-writes are fences only where ck says
+ * CK_MD_TSO (x86).  On aarch64 they are bare ldxr/stxr, and the same pair
+ * needs ck_pr_fence_atomic_load() after each RMW (a no-op on x86).
  *
  * Store buffers are modelled only where they can change an outcome: the
- * completers' flag stores.  Every other shared write in the protocol is a
- * locked read-modify-write (CAS / exchange on the slot), which x86 executes
- * against memory after draining the buffer.  A buffered flag store is
- * committed by the Drainer at any moment, and at the latest when its owner
- * runs a locked instruction or a fence.
+ * completers' publication.  Every other shared write in the protocol is a
+ * locked read-modify-write on the slot, which x86 executes against memory
+ * after draining the buffer.  A buffered store is committed by the Drainer at
+ * any moment, and at the latest when its owner runs a locked instruction.
  *
  * Actors: Reader (one read, listener L), Completer(BYTES), Completer(CLOSE),
  * Drainer (the store buffers emptying into memory).
@@ -109,12 +115,12 @@ proctype Completer(byte k)
 	byte w;
 	bool ok;
 
-	/* make the new state visible: a plain store, into the store buffer */
+#ifdef MUT_PUBLISH_BY_STORE
+	/* mutant: publish with a plain (release) store: it enters the store buffer */
 	sb[k] = true;
-
-#ifndef MUT_NO_FENCE
-	/* ck_pr_fence_store_load(): the store reaches memory before the load below */
-	d_step { COMMIT(k) };
+#else
+	/* publish with a read-modify-write: locked, it goes straight to memory */
+	d_step { sb[k] = true; COMMIT(k) };
 #endif
 
 	do

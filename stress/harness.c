@@ -1,0 +1,278 @@
+/* stress/harness.c: barrier, jitter, overlap timing and verdicts for the race suite. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <x86intrin.h>
+
+#include "atomic.h"
+#include "harness.h"
+
+#define DEFAULT_ROUNDS 200000u
+#define MAX_JITTER 24u         /* pauses (~30 ns each here): a few times one racing call */
+#define GO_DELAY_CYCLES 4000u  /* every actor starts its round at the same TSC instant */
+#define SPINS_BEFORE_YIELD 2000u
+#define FAILURES_SHOWN 5
+
+/* A sense-reversing barrier whose waiters yield: pthread_barrier would sleep in the kernel each round. */
+struct spin_barrier {
+	uint32_t count;
+	uint32_t sense;
+	uint32_t parties;
+};
+
+struct race {
+	const struct race_def *def;
+	void *state;
+	uint64_t rounds;
+	uint64_t round;                  /* the current round, written by the main actor */
+	struct spin_barrier barrier;
+	uint64_t go_tsc;                 /* when this round's actors start, set by the last to arrive */
+	uint64_t start[RACE_MAX_ACTORS];
+	uint64_t end[RACE_MAX_ACTORS];
+	bool windowed[RACE_MAX_ACTORS];   /* the actor timed itself this round */
+	uint64_t branches[RACE_MAX_BRANCHES];
+	uint64_t overlaps;
+	uint64_t failures;
+};
+
+struct actor_arg {
+	struct race *race;
+	int index;
+	uint64_t rng;
+};
+
+void race_spin_pause(unsigned *spins)
+{
+	if (++*spins < SPINS_BEFORE_YIELD) {
+		perch__cpu_relax();
+		return;
+	}
+	*spins = 0;
+	sched_yield();
+}
+
+/* Waits for every actor; the last to arrive sets *go_tsc (when not NULL) before it lets them go. */
+static void barrier_wait(struct spin_barrier *b, uint32_t *local_sense, uint64_t *go_tsc)
+{
+	uint32_t sense = *local_sense = !*local_sense;
+	if (perch__faa_u32(&b->count, 1) == b->parties - 1) {
+		if (go_tsc)
+			perch__store_u64(go_tsc, __rdtsc() + GO_DELAY_CYCLES);
+		perch__store_u32(&b->count, 0);
+		perch__store_u32(&b->sense, sense);
+		return;
+	}
+	unsigned spins = 0;
+	while (perch__load_u32(&b->sense) != sense)
+		race_spin_pause(&spins);
+}
+
+static uint64_t next_random(uint64_t *s)
+{
+	/* xorshift64*: cheap, and different per actor. */
+	*s ^= *s >> 12;
+	*s ^= *s << 25;
+	*s ^= *s >> 27;
+	return *s * 2685821657736338717ull;
+}
+
+static void jitter(uint64_t *rng)
+{
+	/* Vary the spread too, so both early and late arrivals of each side happen. */
+	uint64_t r = next_random(rng);
+	unsigned spread = 1u + (unsigned)(r % MAX_JITTER);
+	unsigned n = (unsigned)((r >> 16) % spread);
+	for (unsigned i = 0; i < n; i++)
+		perch__cpu_relax();
+}
+
+static __thread struct race *current_race;
+static __thread int current_actor = -1;
+
+int race_current_actor(void)
+{
+	return current_actor;
+}
+
+void race_window_open(void)
+{
+	current_race->windowed[current_actor] = true;
+	current_race->start[current_actor] = __rdtsc();
+}
+
+void race_window_close(void)
+{
+	current_race->end[current_actor] = __rdtsc();
+}
+
+void race_branch(struct race *r, int i)
+{
+	if (i >= 0 && i < RACE_MAX_BRANCHES)
+		r->branches[i]++;
+}
+
+void race_fail(struct race *r, uint64_t round, const char *fmt, ...)
+{
+	if (r->failures++ < FAILURES_SHOWN) {
+		va_list ap;
+		fprintf(stderr, "  %s: round %" PRIu64 ": ", r->def->name, round);
+		va_start(ap, fmt);
+		vfprintf(stderr, fmt, ap);
+		va_end(ap);
+		fputc('\n', stderr);
+	}
+}
+
+static void judge_round(struct race *r, uint64_t round)
+{
+	/* Overlap: the timed halves of actors 0 and 1 intersect. */
+	uint64_t lo = r->start[0] > r->start[1] ? r->start[0] : r->start[1];
+	uint64_t hi = r->end[0] < r->end[1] ? r->end[0] : r->end[1];
+	if (lo < hi)
+		r->overlaps++;
+	if (!r->def->judge(r, r->state, round) && r->failures == 0)
+		race_fail(r, round, "judged broken");
+}
+
+static void *actor_main(void *p)
+{
+	struct actor_arg *a = p;
+	struct race *r = a->race;
+	uint32_t sense = 0;
+	current_race = r;
+	current_actor = a->index;
+	for (uint64_t round = 0; round < r->rounds; round++) {
+		if (a->index == 0)
+			r->def->setup(r->state, round);
+		barrier_wait(&r->barrier, &sense, &r->go_tsc);
+		/* Whoever saw the barrier open first, both start at the same instant, then jitter apart. */
+		uint64_t go = perch__load_u64(&r->go_tsc);
+		while (__rdtsc() < go)
+			perch__cpu_relax();
+		jitter(&a->rng);
+		r->windowed[a->index] = false;
+		uint64_t start = __rdtsc();
+		r->def->actor[a->index](r->state, round);
+		uint64_t end = __rdtsc();
+		if (!r->windowed[a->index]) {
+			r->start[a->index] = start;
+			r->end[a->index] = end;
+		}
+		barrier_wait(&r->barrier, &sense, NULL);
+		if (a->index == 0)
+			judge_round(r, round);
+	}
+	return NULL;
+}
+
+static uint64_t rounds_from_env(void)
+{
+	const char *s = getenv("PERCH_STRESS_ROUNDS");
+	if (!s || !*s)
+		return DEFAULT_ROUNDS;
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (*end || v == 0) {
+		fprintf(stderr, "PERCH_STRESS_ROUNDS=%s is not a positive count; using %u\n", s,
+			DEFAULT_ROUNDS);
+		return DEFAULT_ROUNDS;
+	}
+	return v;
+}
+
+/* The overlap floor scales down with fewer rounds (1,000 of 200,000), never below 50. */
+static uint64_t overlap_floor(const struct race_def *def, uint64_t rounds)
+{
+	uint64_t floor = def->min_overlaps ? def->min_overlaps : 1000;
+	if (rounds < DEFAULT_ROUNDS) {
+		floor = floor * rounds / DEFAULT_ROUNDS;
+		if (floor < 50)
+			floor = 50;
+	}
+	return floor;
+}
+
+static double now_seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void print_outcome(const struct race_def *def, const struct race_outcome *o, uint64_t floor)
+{
+	printf("%-44s %8" PRIu64 " rounds %7" PRIu64 " overlaps (floor %" PRIu64 ") %5" PRIu64
+	       " failures %6.2fs  %s\n",
+	       def->name, o->rounds, o->overlaps, floor, o->failures, o->seconds,
+	       o->passed ? "PASS" : "FAIL");
+	for (int i = 0; i < RACE_MAX_BRANCHES && def->branch_names[i]; i++)
+		printf("    %-40s %10" PRIu64 "\n", def->branch_names[i], o->branches[i]);
+	fflush(stdout);
+}
+
+struct race_outcome race_run(const struct race_def *def)
+{
+	struct race r;
+	struct actor_arg args[RACE_MAX_ACTORS];
+	pthread_t th[RACE_MAX_ACTORS];
+	memset(&r, 0, sizeof(r));
+	r.def = def;
+	r.rounds = rounds_from_env();
+	r.barrier.parties = (uint32_t)def->actors;
+	r.state = def->create();
+	double t0 = now_seconds();
+	for (int i = 0; i < def->actors; i++) {
+		args[i] = (struct actor_arg){ &r, i, 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1) ^ (uint64_t)time(NULL) };
+		if (i > 0 && pthread_create(&th[i], NULL, actor_main, &args[i]) != 0) {
+			perror("pthread_create");
+			exit(2);
+		}
+	}
+	actor_main(&args[0]);
+	for (int i = 1; i < def->actors; i++)
+		pthread_join(th[i], NULL);
+	def->destroy(r.state);
+
+	struct race_outcome o = { .rounds = r.rounds, .overlaps = r.overlaps, .failures = r.failures };
+	memcpy(o.branches, r.branches, sizeof(o.branches));
+	o.seconds = now_seconds() - t0;
+	uint64_t floor = overlap_floor(def, r.rounds);
+	o.passed = r.failures == 0 && r.overlaps >= floor;
+	if (r.overlaps < floor)
+		fprintf(stderr, "  %s: only %" PRIu64 " overlapping rounds, the race did not run enough (floor %" PRIu64 ")\n",
+			def->name, r.overlaps, floor);
+	print_outcome(def, &o, floor);
+	return o;
+}
+
+int race_main(int argc, char **argv, const struct race_def *const *defs, int n)
+{
+	const char *only = argc > 1 ? argv[1] : NULL;
+	int failed = 0, ran = 0;
+	struct race_outcome out[64];
+	const struct race_def *which[64];
+	for (int i = 0; i < n && ran < 64; i++) {
+		if (only && !strstr(defs[i]->name, only))
+			continue;
+		which[ran] = defs[i];
+		out[ran] = race_run(defs[i]);
+		failed += !out[ran].passed;
+		ran++;
+	}
+	printf("\n%-44s %9s %9s %9s  %s\n", "test", "rounds", "overlaps", "failures", "verdict");
+	for (int i = 0; i < ran; i++)
+		printf("%-44s %9" PRIu64 " %9" PRIu64 " %9" PRIu64 "  %s\n", which[i]->name,
+		       out[i].rounds, out[i].overlaps, out[i].failures, out[i].passed ? "PASS" : "FAIL");
+	if (ran == 0) {
+		fprintf(stderr, "no race matches '%s'\n", only ? only : "");
+		return 2;
+	}
+	return failed ? 1 : 0;
+}

@@ -1,0 +1,69 @@
+/* stress/harness.h: the race harness: actors meet at a barrier each round, jitter, race, and are judged after. */
+#ifndef PERCH_STRESS_HARNESS_H
+#define PERCH_STRESS_HARNESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define RACE_MAX_ACTORS 3
+#define RACE_MAX_BRANCHES 8
+
+struct race;
+
+/*
+ * One race family. Each round: `setup` on the main actor, a barrier, then
+ * every actor waits a random few pauses and runs its half (`actor[i]`,
+ * timed, to count overlaps), a barrier, then `judge` on the main actor,
+ * which returns false when the round broke the protocol (it says why with
+ * race_fail). A round counts as overlapped when the timed halves of actor
+ * 0 and actor 1 intersect.
+ */
+struct race_def {
+	const char *name;
+	int actors;                                   /* 2 or 3 */
+	void *(*create)(void);                        /* per-test state */
+	void (*destroy)(void *state);
+	void (*setup)(void *state, uint64_t round);
+	void (*actor[RACE_MAX_ACTORS])(void *state, uint64_t round);
+	bool (*judge)(struct race *r, void *state, uint64_t round);
+	const char *branch_names[RACE_MAX_BRANCHES];  /* counted by race_branch */
+	uint64_t min_overlaps;                        /* default 1000 */
+};
+
+struct race_outcome {
+	uint64_t rounds;
+	uint64_t overlaps;
+	uint64_t failures;
+	uint64_t branches[RACE_MAX_BRANCHES];
+	double seconds;
+	bool passed;
+};
+
+/* Counts one round through branch `i` (from judge, on the main actor). */
+void race_branch(struct race *r, int i);
+
+/* Records a broken round with a reason (printed for the first few). */
+void race_fail(struct race *r, uint64_t round, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Runs the race for PERCH_STRESS_ROUNDS rounds (200,000 by default) and prints its line. */
+struct race_outcome race_run(const struct race_def *def);
+
+/*
+ * Narrows the calling actor's timed half to the part that races (called
+ * from an actor, at most once per round each): a round overlaps when the
+ * windows of actors 0 and 1 intersect.
+ */
+void race_window_open(void);
+void race_window_close(void);
+
+/* The index of the actor running on this thread (-1 outside the race's threads). */
+int race_current_actor(void);
+
+/* A yielding spin: pause a few times, then give the CPU away (a 1-core machine must still finish). */
+void race_spin_pause(unsigned *spins);
+
+/* Runs every race in `defs`, prints the summary table, returns the exit status. */
+int race_main(int argc, char **argv, const struct race_def *const *defs, int n);
+
+#endif /* PERCH_STRESS_HARNESS_H */

@@ -1,0 +1,165 @@
+/* stress/race_flush_arm.c: races on the flush arm: a flush against the last one's completion, and against close. */
+#include "config.h"
+
+#include <stdlib.h>
+
+#include "race_conn.h"
+
+#define WRITE_SPIN_LIMIT 10000000u
+
+struct flush_state {
+	struct fake_transport t;
+	struct perch_conn *c;
+	struct counting_flusher first, second;
+	uint64_t rng;
+	int rc;
+	bool gave_up;
+};
+
+static void *flush_create(void)
+{
+	struct flush_state *s = calloc(1, sizeof(*s));
+	s->rng = 0x2545f4914f6cdd1dull;
+	return s;
+}
+
+static void flush_destroy(void *p)
+{
+	free(p);
+}
+
+static void flusher_reset(struct counting_flusher *f)
+{
+	*f = (struct counting_flusher)COUNTING_FLUSHER;
+}
+
+/* The first flush's listener does a little work when signalled, as a real continuation would. */
+static void busy_signal(struct counting_flusher *f, struct perch_conn *c)
+{
+	unsigned n = (unsigned)(((uintptr_t)f->last_result ^ (uintptr_t)c) >> 4) % 97u;
+	for (unsigned i = 0; i < n; i++)
+		perch__cpu_relax();
+}
+
+static void setup_one_parked(void *p, uint64_t round)
+{
+	struct flush_state *s = p;
+	s->c = race_conn_new(&s->t);
+	flusher_reset(&s->first);
+	flusher_reset(&s->second);
+	s->first.during_done = busy_signal;
+	s->rc = 0;
+	s->gave_up = false;
+	perch_conn_write(s->c, "a", 1);
+	if (perch_conn_try_flush_or_park(s->c, &s->first.l) != PERCH_PENDING)
+		abort();
+}
+
+/* The writer stages and flushes again the moment the guard lets it. */
+static void write_and_flush_again(void *p, uint64_t round)
+{
+	struct flush_state *s = p;
+	unsigned spins = 0, total = 0;
+	while (perch_conn_write(s->c, "b", 1) == -EBUSY) {
+		if (++total > WRITE_SPIN_LIMIT) {
+			s->gave_up = true;
+			return;
+		}
+		race_spin_pause(&spins);
+	}
+	race_window_open();
+	s->rc = perch_conn_try_flush_or_park(s->c, &s->second.l);
+	race_window_close();
+}
+
+static void first_send_completes(void *p, uint64_t round)
+{
+	struct flush_state *s = p;
+	race_window_open();
+	fake_send_done(s->c, 0);
+	race_window_close();
+}
+
+/* Neither refused as armed nor signalled in the other's place; each signalled by its own send. */
+static bool judge_flush_vs_completion(struct race *r, void *p, uint64_t round)
+{
+	struct flush_state *s = p;
+	bool ok = true;
+	if (s->gave_up || s->rc != PERCH_PENDING) {
+		race_fail(r, round, "second flush %s (rc %d)", s->gave_up ? "never got the guard" : "not parked", s->rc);
+		ok = false;
+	}
+	if (s->first.deliveries != 1 || s->first.last_result != 0) {
+		race_fail(r, round, "first flush signalled %u times (result %d)", s->first.deliveries, s->first.last_result);
+		ok = false;
+	}
+	if (s->second.deliveries != 0) {
+		race_fail(r, round, "second flush signalled before its send completed");
+		ok = false;
+	}
+	race_branch(r, s->t.sends == 2 ? 0 : 1);
+	if (s->t.sent)
+		fake_send_done(s->c, 0);
+	if (ok && s->second.deliveries != 1) {
+		race_fail(r, round, "second flush signalled %u times by its own send", s->second.deliveries);
+		ok = false;
+	}
+	race_conn_end(s->c);
+	return ok;
+}
+
+static void setup_staged(void *p, uint64_t round)
+{
+	struct flush_state *s = p;
+	s->c = race_conn_new(&s->t);
+	flusher_reset(&s->first);
+	s->rc = 0;
+	perch_conn_write(s->c, "a", 1);
+}
+
+static void flush_first(void *p, uint64_t round)
+{
+	struct flush_state *s = p;
+	s->rc = perch_conn_try_flush_or_park(s->c, &s->first.l);
+}
+
+static void conn_closes(void *p, uint64_t round)
+{
+	perch_conn_close(((struct flush_state *)p)->c);
+}
+
+/* Exactly one outcome: refused (-EPIPE, never signalled) or parked and signalled once, even after the kernel's completion. */
+static bool judge_flush_vs_close(struct race *r, void *p, uint64_t round)
+{
+	struct flush_state *s = p;
+	bool ok;
+	race_conn_end(s->c);   /* completes a send the kernel held, as the backend will */
+	if (s->rc == -EPIPE) {
+		race_branch(r, s->first.parkings ? 1 : 0);
+		ok = s->first.deliveries == 0;
+	} else if (s->rc == PERCH_PENDING) {
+		race_branch(r, s->t.sends ? 3 : 2);
+		ok = s->first.deliveries == 1 && s->first.last_result == -EPIPE;
+	} else {
+		ok = false;
+	}
+	if (!ok)
+		race_fail(r, round, "flush rc %d, signalled %u times (result %d)", s->rc,
+			  s->first.deliveries, s->first.last_result);
+	return ok;
+}
+
+const struct race_def race_flush_vs_completion = {
+	.name = "flush_arm: flush races last completion",
+	.actors = 2, .create = flush_create, .destroy = flush_destroy, .setup = setup_one_parked,
+	.actor = { write_and_flush_again, first_send_completes }, .judge = judge_flush_vs_completion,
+	.branch_names = { "second flush handed to the backend", "second flush not sent" },
+};
+
+const struct race_def race_flush_vs_close = {
+	.name = "flush_arm: flush races close",
+	.actors = 2, .create = flush_create, .destroy = flush_destroy, .setup = setup_staged,
+	.actor = { flush_first, conn_closes }, .judge = judge_flush_vs_close,
+	.branch_names = { "refused: closed before the flush", "refused: close taken back after arming",
+			  "parked, close delivered before the send", "parked and sent, close delivered" },
+};

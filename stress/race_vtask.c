@@ -1,0 +1,104 @@
+/* stress/race_vtask.c: a value task's continuation registration races its completion. */
+#include "config.h"
+
+#include <stdlib.h>
+
+#include "atomic.h"
+#include "harness.h"
+
+#include <perch/vtask.h>
+
+struct tagged_arg {
+	uint64_t round;
+	uint32_t runs;
+	int64_t result;
+	uint64_t seen_round;
+};
+
+struct vt_state {
+	struct perch_vtask vt;
+	struct perch_vtask_handle h;
+	struct tagged_arg arg;
+	uint32_t bad_args;             /* a continuation ran with an argument not its own */
+	int rc;
+};
+
+static struct vt_state *the_state;
+
+static void *vt_create(void)
+{
+	struct vt_state *s = calloc(1, sizeof(*s));
+	perch_vtask_init(&s->vt);
+	the_state = s;
+	return s;
+}
+
+static void vt_destroy(void *p)
+{
+	free(p);
+}
+
+static void vt_setup(void *p, uint64_t round)
+{
+	struct vt_state *s = p;
+	s->h = (struct perch_vtask_handle){ &s->vt, perch_vtask_ready(&s->vt) };
+	s->arg = (struct tagged_arg){ .round = round };
+	s->rc = 0;
+}
+
+static void continuation(void *arg, int64_t result)
+{
+	struct tagged_arg *a = arg;
+	if (a != &the_state->arg) {
+		perch__faa_u32(&the_state->bad_args, 1);
+		return;
+	}
+	perch__faa_u32(&a->runs, 1);
+	a->result = result;
+	a->seen_round = a->round;
+}
+
+static void register_continuation(void *p, uint64_t round)
+{
+	struct vt_state *s = p;
+	s->rc = perch_vtask_on_complete(s->h, continuation, &s->arg);
+}
+
+static void complete_task(void *p, uint64_t round)
+{
+	struct vt_state *s = p;
+	perch_vtask_complete(&s->vt, (int64_t)round);
+}
+
+/* Exactly one run: registered and run once with its own argument, or told to go on inline and never run. */
+static bool judge_vtask(struct race *r, void *p, uint64_t round)
+{
+	struct vt_state *s = p;
+	int64_t result = -1;
+	bool ok = perch_vtask_result(s->h, &result) == 0 && result == (int64_t)round;
+	if (s->rc == PERCH_PENDING) {
+		race_branch(r, 0);
+		ok = ok && s->arg.runs == 1 && s->arg.result == (int64_t)round;
+	} else if (s->rc == 0) {
+		race_branch(r, 1);
+		ok = ok && s->arg.runs == 0;
+	} else {
+		ok = false;
+	}
+	if (s->bad_args) {
+		ok = false;
+		s->bad_args = 0;
+		race_fail(r, round, "continuation ran with another argument");
+	}
+	if (!ok)
+		race_fail(r, round, "registration rc %d, runs %u, result %lld", s->rc, s->arg.runs,
+			  (long long)result);
+	return ok;
+}
+
+const struct race_def race_vtask_register_vs_complete = {
+	.name = "vtask: registration races completion",
+	.actors = 2, .create = vt_create, .destroy = vt_destroy, .setup = vt_setup,
+	.actor = { register_continuation, complete_task }, .judge = judge_vtask,
+	.branch_names = { "registered, ran once", "found complete, went on inline" },
+};

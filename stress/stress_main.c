@@ -1,0 +1,23 @@
+/* stress/stress_main.c: the race suite's entry point: every race family, or those whose name contains argv[1]. */
+#include "config.h"
+
+#include "harness.h"
+
+extern const struct race_def race_read_vs_bytes, race_read_vs_close, race_two_reads,
+	race_same_listener, race_cancel_vs_bytes, race_flush_vs_completion, race_flush_vs_close,
+	race_vtask_register_vs_complete;
+
+int main(int argc, char **argv)
+{
+	static const struct race_def *const all[] = {
+		&race_read_vs_bytes,
+		&race_read_vs_close,
+		&race_two_reads,
+		&race_same_listener,
+		&race_cancel_vs_bytes,
+		&race_flush_vs_completion,
+		&race_flush_vs_close,
+		&race_vtask_register_vs_complete,
+	};
+	return race_main(argc, argv, all, (int)(sizeof(all) / sizeof(all[0])));
+}
