@@ -11,11 +11,14 @@
  * operation below becomes the equivalent __atomic builtin, which TSan
  * understands; in normal builds ck_pr gives the same orderings.
  *
- * Orderings: loads acquire, stores release, read-modify-writes are full
- * barriers (lock-prefixed with ck_pr on x86; seq_cst under TSan). The
- * protocols rely on the last point: a producer publishes state with a
- * read-modify-write before it loads the waiter slot, so its update cannot
- * sit in a store buffer while a reader's re-check misses it.
+ * Orderings: loads acquire, stores release, read-modify-writes are
+ * atomic (seq_cst under TSan). The protocols need three store-load pairs
+ * ordered: a producer publishes state with a read-modify-write and then
+ * loads the waiter slot; a read claims the slot and then re-checks the
+ * state; a flush arms and then re-checks `closed`. Each uses a
+ * read-modify-write followed by perch__fence_rmw_then_load(), so an update
+ * cannot sit in a store buffer while the other side's re-check misses it
+ * (the doc/model tso models check this on x86 memory ordering).
  */
 #if defined(__SANITIZE_THREAD__)
 #define PERCH_TSAN 1
@@ -59,6 +62,9 @@ static inline int64_t perch__load_i64(const int64_t *p) { return PERCH__A_LOAD(p
 static inline void perch__store_i64(int64_t *p, int64_t v) { PERCH__A_STORE(p, v); }
 
 static inline void perch__cpu_relax(void) { __builtin_ia32_pause(); }
+
+/* Every operation is seq_cst here already. */
+static inline void perch__fence_rmw_then_load(void) {}
 
 /* Handoffs made through ck structures that TSan cannot see (ck_fifo). */
 void __tsan_acquire(void *addr);
@@ -148,6 +154,13 @@ static inline void perch__store_i64(int64_t *p, int64_t v)
 }
 
 static inline void perch__cpu_relax(void) { ck_pr_stall(); }
+
+/*
+ * Orders a read-modify-write before a later load of another word (the
+ * store-load pairs of the slot and flush protocols). Free on x86, where
+ * lock-prefixed operations are full barriers; ck's LL/SC ones are not.
+ */
+static inline void perch__fence_rmw_then_load(void) { ck_pr_fence_atomic_load(); }
 
 #define perch__tsan_acquire(a) ((void)(a))
 #define perch__tsan_release(a) ((void)(a))

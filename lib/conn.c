@@ -89,6 +89,7 @@ static int try_read_or_park(struct perch_conn *c, struct perch_recv_listener *li
 	/* 1. Claim. Failing means another read owns the slot: touch nothing. */
 	if (!perch__cas_uptr(&c->read_waiter, PERCH__SLOT_EMPTY, PERCH__SLOT_CLAIM))
 		return -EBUSY;
+	perch__fence_rmw_then_load();
 	/* 2. Re-check under the claim: a completion before the claim left no mark. */
 	if (read_is_ready(c)) {
 		fill_result(c, out);
@@ -113,6 +114,7 @@ static int try_read_or_park(struct perch_conn *c, struct perch_recv_listener *li
  */
 static void wake_reader(struct perch_conn *c)
 {
+	perch__fence_rmw_then_load();
 	for (;;) {
 		uintptr_t w = perch__load_uptr(&c->read_waiter);
 		if (w == PERCH__SLOT_EMPTY || w == PERCH__SLOT_CLAIM_MARKED)
@@ -189,6 +191,8 @@ static void hand_to_backend(struct perch_conn *c)
  */
 static void complete_flush(struct perch_conn *c, int result)
 {
+	/* Whatever this completion published (closed, an error) is ordered before the disarm. */
+	perch__fence_rmw_then_load();
 	if (perch__xchg_u32(&c->flush_armed, 0) == 0)
 		return;
 	struct perch_flush_listener *l = perch__xchg_ptr(&c->flush_listener, NULL);
@@ -226,10 +230,11 @@ static int try_flush_or_park(struct perch_conn *c, struct perch_flush_listener *
 		perch__store_u32(&c->flush_busy, 0);
 		return -EPIPE;
 	}
-	/* 4. Ready, store the listener, then the arm that publishes it (an exchange: a full barrier before the re-check). */
+	/* 4. Ready, store the listener, then the arm that publishes it: an exchange, fenced before the re-check of `closed`. */
 	listener->on_parking(listener, c);
 	perch__store_ptr(&c->flush_listener, listener);
 	perch__xchg_u32(&c->flush_armed, 1);
+	perch__fence_rmw_then_load();
 	if (tx_is_closed(c))
 		return flush_closed_while_arming(c);
 	/* 5. Hand the staged bytes over. */
@@ -385,6 +390,7 @@ int perch_conn_try_read(struct perch_conn *c, struct perch_read_result *out)
 		return -EINVAL;
 	if (!perch__cas_uptr(&c->read_waiter, PERCH__SLOT_EMPTY, PERCH__SLOT_CLAIM))
 		return -EBUSY;
+	perch__fence_rmw_then_load();
 	int rc = -EAGAIN;
 	if (read_is_ready(c)) {
 		fill_result(c, out);

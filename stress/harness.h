@@ -60,6 +60,9 @@ void race_window_close(void);
 /* The index of the actor running on this thread (-1 outside the race's threads). */
 int race_current_actor(void);
 
+/* Spins a random while, up to the current jitter span: a callback doing a little work. */
+void race_busy_work(void);
+
 /* A yielding spin: pause a few times, then give the CPU away (a 1-core machine must still finish). */
 void race_spin_pause(unsigned *spins);
 

@@ -36,9 +36,7 @@ static void flusher_reset(struct counting_flusher *f)
 /* The first flush's listener does a little work when signalled, as a real continuation would. */
 static void busy_signal(struct counting_flusher *f, struct perch_conn *c)
 {
-	unsigned n = (unsigned)(((uintptr_t)f->last_result ^ (uintptr_t)c) >> 4) % 97u;
-	for (unsigned i = 0; i < n; i++)
-		perch__cpu_relax();
+	race_busy_work();
 }
 
 static void setup_one_parked(void *p, uint64_t round)

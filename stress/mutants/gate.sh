@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# stress/mutants/gate.sh: proves the race suite catches every known-wrong variant of the protocols.
+#
+# Usage: gate.sh [SRCDIR]   (PERCH_STRESS_ROUNDS sets the rounds per race; default 200000)
+# Copies SRCDIR to a scratch directory, builds the race suite once, checks
+# that the real code passes, then applies each stress/mutants/*.patch in
+# turn, rebuilds, and requires the suite to fail (each race stops at its
+# first broken round, PERCH_STRESS_FAILFAST=1, so a caught mutant is
+# cheap). Exits 1 unless every mutant is caught and the real code passes.
+set -euo pipefail
+
+src=$(cd "${1:-$(dirname "$0")/../..}" && pwd)
+rounds=${PERCH_STRESS_ROUNDS:-200000}
+per_run_limit=${PERCH_GATE_TIMEOUT:-900}
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/perch-mutants.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+
+copy_tree() {
+	if git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+		# Tracked and untracked-but-not-ignored files: the tree as it is now.
+		(cd "$src" && git ls-files -z --cached --others --exclude-standard) |
+			(cd "$src" && xargs -0 cp --parents -t "$scratch" 2>/dev/null || true)
+	else
+		tar -C "$src" --exclude='./build*' --exclude=autom4te.cache -cf - . | tar -C "$scratch" -xf -
+	fi
+}
+
+build_suite() {
+	make -C "$scratch/b" -j"$(nproc)" stress/perch_stress >"$scratch/build.log" 2>&1
+}
+
+# Runs the suite (fail-fast when $1 is 1, only the races matching $2 when
+# given); prints the names of the races that failed, one per line.
+run_suite() {
+	local out=$scratch/run.log
+	set +e
+	PERCH_STRESS_ROUNDS=$rounds PERCH_STRESS_FAILFAST=${1:-0} \
+		timeout "$per_run_limit" "$scratch/b/stress/perch_stress" ${2:+"$2"} >"$out" 2>&1
+	local rc=$?
+	set -e
+	if [ $rc -eq 124 ]; then echo "(timed out)"; fi
+	if [ $rc -gt 128 ] && [ $rc -ne 124 ]; then echo "(crashed: signal $((rc - 128)))"; fi
+	# The summary table's rows: name, rounds, overlaps, failures, verdict.
+	sed -nE 's/^(.*[^ ]) +[0-9]+ +[0-9]+ +[0-9]+ +FAIL$/\1/p' "$out"
+	return $rc
+}
+
+# The race a patch's "Caught by:" line names first: tried alone before the
+# whole suite, so a caught mutant costs one race, not eight.
+first_named_race() {
+	sed -nE 's/^# Caught by: ([^(,]*[^ (,]).*/\1/p' "$1" | sed 's/\.$//' | head -n 1
+}
+
+copy_tree
+(cd "$scratch" && { [ -x configure ] || autoreconf -fi >/dev/null 2>&1; })
+mkdir -p "$scratch/b"
+(cd "$scratch/b" && ../configure -q >/dev/null)
+build_suite || { cat "$scratch/build.log"; echo "gate: the real code does not build"; exit 1; }
+
+echo "mutant gate: $rounds rounds per race"
+if ! failed=$(run_suite); then
+	echo "gate: the real code FAILS the race suite:"; echo "$failed"; cat "$scratch/run.log"; exit 1
+fi
+printf '%-50s %s\n' "real code" "passes"
+
+missed=0 total=0
+for patch in "$src"/stress/mutants/*.patch; do
+	name=$(basename "$patch" .patch)
+	total=$((total + 1))
+	if ! patch -s -p1 -d "$scratch" <"$patch"; then
+		printf '%-50s %s\n' "$name" "DOES NOT APPLY"; missed=$((missed + 1)); continue
+	fi
+	if ! build_suite; then
+		printf '%-50s %s\n' "$name" "DOES NOT BUILD"; missed=$((missed + 1))
+	elif failed=$(run_suite 1 "$(first_named_race "$patch")") && failed=$(run_suite 1); then
+		printf '%-50s %s\n' "$name" "MISSED"; missed=$((missed + 1))
+	else
+		printf '%-50s caught by: %s\n' "$name" "$(echo "$failed" | paste -sd ';' | sed 's/;/; /g')"
+	fi
+	patch -s -R -p1 -d "$scratch" <"$patch"
+done
+echo "mutants caught: $((total - missed)) of $total"
+[ "$missed" -eq 0 ]
