@@ -7,7 +7,7 @@ build=$(cd "${1:-build}" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-make -C "$build" install DESTDIR="$tmp/root" prefix=/usr/local >"$tmp/install.log" ||
+make -C "$build" install DESTDIR="$tmp/root" prefix=/usr/local >"$tmp/install.log" 2>&1 ||
 	{ cat "$tmp/install.log"; exit 1; }
 pcdir=$tmp/root/usr/local/lib/pkgconfig
 lib=$tmp/root/usr/local/lib/libperch.a

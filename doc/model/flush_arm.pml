@@ -1,5 +1,6 @@
 /*
- * flush_arm.pml - the flush arm (DESIGN.md, "The flush arm").
+ * flush_arm.pml - the flush arm (DESIGN.md, "The flush arm"; lib/conn.c:
+ * try_flush_or_park, flush_closed_while_arming, complete_flush).
  *
  * Checks that every flush that returns PENDING is signalled exactly once, to
  * its own listener, that a flush that returned synchronously is never
@@ -14,9 +15,11 @@
  *   Intruder  one flush from another thread (listener C), at any moment: it is
  *             either refused with -EBUSY or becomes a flush like the others;
  *   Reactor   the loop: takes submitted sends from the inbox and completes
- *             them; a send that reaches a closed connection may be dropped
- *             (never submitted, so no completion) or completed with an error -
- *             both are allowed, so the model covers either loop policy;
+ *             them (perch__conn_send_done); a send that reaches a closed
+ *             connection may be dropped (never submitted, no completion) or
+ *             completed with an error.  lib/conn_internal.h promises every
+ *             send a completion; allowing the drop checks the protocol under
+ *             the weaker assumption, so it holds for either backend policy;
  *   Closer    conn close: sets closed, then runs the same completion.
  *
  * Every CAS / exchange is one atomic{} block; every plain load or store is one
@@ -131,7 +134,9 @@ inline try_flush(me, staged, ok, old, l)
 		flush_listener = me;
 #else
 		flush_listener = me;
-		d_step { flush_armed = 1; published[me] = 1 };   /* store-release */
+		/* the arm: an exchange in lib/conn.c; under SC any store will do
+		   (flush_arm_tso.pml shows why it must be locked on x86) */
+		d_step { flush_armed = 1; published[me] = 1 };
 #endif
 		/* 4b. re-check closed */
 		if

@@ -67,7 +67,7 @@ missed=0 total=0
 for patch in "$src"/stress/mutants/*.patch; do
 	name=$(basename "$patch" .patch)
 	total=$((total + 1))
-	if ! patch -s -p1 -d "$scratch" <"$patch"; then
+	if ! patch -s --fuzz=0 -p1 -d "$scratch" <"$patch"; then
 		printf '%-50s %s\n' "$name" "DOES NOT APPLY"; missed=$((missed + 1)); continue
 	fi
 	if ! build_suite; then
@@ -77,7 +77,7 @@ for patch in "$src"/stress/mutants/*.patch; do
 	else
 		printf '%-50s caught by: %s\n' "$name" "$(echo "$failed" | paste -sd ';' | sed 's/;/; /g')"
 	fi
-	patch -s -R -p1 -d "$scratch" <"$patch"
+	patch -s --fuzz=0 -R -p1 -d "$scratch" <"$patch"
 done
 echo "mutants caught: $((total - missed)) of $total"
 [ "$missed" -eq 0 ]
