@@ -1,47 +1,9 @@
 /* tests/test_conn_flush.c: the flush arm, one path per test: parked, refused, nothing staged, closed, order. */
 #include "config.h"
 
-#include "cmocka_prelude.h"
-
 #include <perch.h>
 
-#include "fake_transport.h"
-
-struct fixture {
-	struct fake_transport t;
-	struct perch_conn *c;
-};
-
-static int setup(void **state)
-{
-	struct fixture *f = calloc(1, sizeof(*f));
-	f->c = perch__conn_new(&fake_ops, &f->t);
-	assert_non_null(f->c);
-	*state = f;
-	return 0;
-}
-
-/* Ends with the kernel's last completion, as a backend would deliver it, then the release. */
-static int teardown(void **state)
-{
-	struct fixture *f = *state;
-	if (f->t.sent)
-		fake_send_done(f->c, -ECANCELED);
-	perch_conn_release(f->c);
-	assert_int_equal(f->t.destroyed, 1);
-	free(f);
-	return 0;
-}
-
-static struct perch_conn *conn_of(void **state)
-{
-	return ((struct fixture *)*state)->c;
-}
-
-static struct fake_transport *transport_of(void **state)
-{
-	return &((struct fixture *)*state)->t;
-}
+#include "conn_fixture.h"
 
 static void flush_parks_and_is_delivered_once(void **state)
 {

@@ -1,41 +1,9 @@
 /* tests/test_conn_read.c: the read slot, one path per test: served, parked, refused, marked, closed, canceled, EOF. */
 #include "config.h"
 
-#include "cmocka_prelude.h"
-
 #include <perch.h>
 
-#include "fake_transport.h"
-
-struct fixture {
-	struct fake_transport t;
-	struct perch_conn *c;
-};
-
-static int setup(void **state)
-{
-	struct fixture *f = calloc(1, sizeof(*f));
-	f->c = perch__conn_new(&fake_ops, &f->t);
-	assert_non_null(f->c);
-	*state = f;
-	return 0;
-}
-
-/* Every test ends by releasing the connection: no segment may stay out. */
-static int teardown(void **state)
-{
-	struct fixture *f = *state;
-	perch_conn_release(f->c);
-	assert_int_equal(f->t.destroyed, 1);
-	assert_int_equal(f->t.segs_out, 0);
-	free(f);
-	return 0;
-}
-
-static struct perch_conn *conn_of(void **state)
-{
-	return ((struct fixture *)*state)->c;
-}
+#include "conn_fixture.h"
 
 static void read_with_bytes_queued_is_served_at_once(void **state)
 {
@@ -119,7 +87,7 @@ static void close_while_parked_delivers_closed_once(void **state)
 	assert_int_equal(perch_conn_close(c), 0);
 	fake_recv(c, "after");
 	assert_int_equal(r.deliveries, 1);
-	assert_int_equal(((struct fixture *)*state)->t.closes, 1);
+	assert_int_equal(transport_of(state)->closes, 1);
 	assert_int_equal(perch_conn_try_read(c, &res), 0);
 	assert_true(res.closed);
 	/* Later reads never park on a closed connection. */
@@ -178,7 +146,7 @@ static void eof_comes_after_every_queued_byte(void **state)
 	assert_int_equal(res.len, 2);
 	assert_int_equal(res.first_off, 1);
 	assert_int_equal(perch_conn_advance(c, 2, 2), 0);
-	assert_int_equal(((struct fixture *)*state)->t.segs_out, 0);
+	assert_int_equal(transport_of(state)->segs_out, 0);
 	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, &res), 0);
 	assert_int_equal(res.len, 0);
 	assert_true(res.completed);
