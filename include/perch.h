@@ -5,5 +5,6 @@
 #include <perch/common.h>
 #include <perch/vtask.h>
 #include <perch/conn.h>
+#include <perch/loop.h>
 
 #endif /* PERCH_H */

@@ -1,0 +1,147 @@
+/* perch/loop.h: one event loop per thread (io_uring), its TCP listeners and outbound connects. */
+#ifndef PERCH_LOOP_H
+#define PERCH_LOOP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <perch/common.h>
+#include <perch/conn.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct perch_loop;
+struct perch_listener;
+
+/* How a connection receives (doc/loop.md says why the default is multishot). */
+enum perch_recv_mode {
+	PERCH_RECV_DEFAULT = 0,    /* the loop's default: multishot */
+	PERCH_RECV_MULTISHOT,      /* one armed recv keeps delivering until paused or ended */
+	PERCH_RECV_SINGLESHOT,     /* one recv per buffer, re-armed after each completion */
+};
+
+/* Loop options; a zeroed struct (or NULL) means every default. */
+struct perch_loop_opts {
+	uint32_t sq_entries;       /* submission queue size; 0: 256 */
+	uint32_t buf_count;        /* provided receive buffers, a power of two <= 32768; 0: 512 */
+	uint32_t buf_size;         /* bytes per receive buffer, <= 1 MiB; 0: 16 KiB */
+};
+
+/* Per-connection options; a zeroed struct (or NULL) means every default. */
+struct perch_conn_opts {
+	enum perch_recv_mode recv_mode;
+	size_t pause_bytes;        /* unconsumed bytes that pause recv; 0: 256 KiB */
+	size_t resume_bytes;       /* recv resumes at or below this; 0: pause_bytes / 4; < pause_bytes */
+};
+
+/* Work posted to a loop; runs once on the loop's thread. */
+typedef void (*perch_loop_fn)(void *arg);
+
+/*
+ * A listener accepted `c`. Runs on the loop thread. The callback owns one
+ * reference to `c` (drop it with perch_conn_release). Receiving has started.
+ */
+typedef void (*perch_accept_fn)(struct perch_listener *l, struct perch_conn *c, void *arg);
+
+/*
+ * An outbound connect finished. Runs on the loop thread, exactly once.
+ * result 0: `c` is connected and the callback owns one reference to it;
+ * otherwise result is a negative errno (-ECONNREFUSED, ...) and c is NULL.
+ */
+typedef void (*perch_connect_fn)(struct perch_loop *loop, struct perch_conn *c, int result,
+				 void *arg);
+
+/* ---- The loop. new/free/run on the owning thread; stop and post from any thread. ---- */
+
+/*
+ * Creates a loop. The ring is bound to the first thread that runs it;
+ * every later run, and perch_loop_free, must happen on that thread.
+ * Returns 0 with *out set; -EINVAL for a NULL out or a bad option;
+ * -EPERM, -ENOSYS or -ENOMEM when the kernel refuses io_uring or its
+ * memory (one line on stderr names the cause); -ENOMEM.
+ */
+PERCH_API int perch_loop_new(const struct perch_loop_opts *opts, struct perch_loop **out);
+
+/*
+ * Runs turns until perch_loop_stop. Returns 0 after a stop, or a negative
+ * errno when the ring fails (-EEXIST: run from a thread that does not own it).
+ */
+PERCH_API int perch_loop_run(struct perch_loop *loop);
+
+/*
+ * Runs one turn: runs posted work, waits up to timeout_ms (negative: no
+ * limit, 0: do not wait) for at least one completion, dispatches every
+ * completion ready. Returns the number of completions dispatched, or a
+ * negative errno (-EINVAL, or the ring's error).
+ */
+PERCH_API int perch_loop_run_once(struct perch_loop *loop, int timeout_ms);
+
+/*
+ * Makes perch_loop_run return after its current turn. Any thread; the
+ * wake is coalesced with pending posts. Returns 0 or -EINVAL.
+ */
+PERCH_API int perch_loop_stop(struct perch_loop *loop);
+
+/*
+ * Runs fn(arg) once on the loop thread, in posting order per poster, at
+ * the loop's next turn. Any thread; wakes are coalesced (one eventfd write
+ * until the loop drains). Returns 0, -EINVAL, or -ENOMEM.
+ */
+PERCH_API int perch_loop_post(struct perch_loop *loop, perch_loop_fn fn, void *arg);
+
+/* True when called on the thread running `loop`. */
+PERCH_API bool perch_loop_is_current(const struct perch_loop *loop);
+
+/*
+ * Closes every listener and connection still on the loop, waits for their
+ * last completions (a few seconds at most), then frees the loop. Call it
+ * on the thread that ran the loop (any thread if it never ran), after
+ * perch_loop_run returned, and after releasing every connection (their
+ * buffers belong to the loop). NULL is ignored.
+ */
+PERCH_API void perch_loop_free(struct perch_loop *loop);
+
+/* ---- Listeners and connects: any thread. ---- */
+
+/*
+ * Listens on host ("127.0.0.1", "::1", any numeric IPv4 or IPv6 address)
+ * and port (0: the kernel picks; see perch_listener_port), with
+ * SO_REUSEPORT so several loops may share the port. Accepted connections
+ * get `opts` (NULL: defaults) and are handed to on_accept on the loop
+ * thread. Returns 0 with *out set (valid until perch_listener_close);
+ * -EINVAL for a bad argument (NULL loop/on_accept/out, a host that is not
+ * a numeric address, a port outside 0..65535, bad opts); bind's or
+ * listen's error (-EADDRINUSE, ...); -ENOMEM.
+ */
+PERCH_API int perch_listen(struct perch_loop *loop, const char *host, int port,
+			   const struct perch_conn_opts *opts, perch_accept_fn on_accept,
+			   void *arg, struct perch_listener **out);
+
+/* The port the listener is bound to (host order), or -EINVAL for NULL. */
+PERCH_API int perch_listener_port(const struct perch_listener *l);
+
+/*
+ * Stops accepting and frees the listener once its last completion came.
+ * Connections already accepted are untouched. Any thread; `l` must not be
+ * used after. Returns 0 or -EINVAL.
+ */
+PERCH_API int perch_listener_close(struct perch_listener *l);
+
+/*
+ * Connects to host:port (numeric IPv4 or IPv6) on `loop`; on_connected
+ * runs exactly once on the loop thread with the result. Returns 0 when the
+ * connect started; -EINVAL for a bad argument (as perch_listen); -ENOMEM;
+ * socket()'s error.
+ */
+PERCH_API int perch_connect(struct perch_loop *loop, const char *host, int port,
+			    const struct perch_conn_opts *opts, perch_connect_fn on_connected,
+			    void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PERCH_LOOP_H */

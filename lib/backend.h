@@ -1,0 +1,166 @@
+/* lib/backend.h: the one interface between the backend-agnostic loop (loop.c) and a kernel backend (uring.c). */
+#ifndef PERCH_LIB_BACKEND_H
+#define PERCH_LIB_BACKEND_H
+
+#include <ck_stack.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <perch/loop.h>
+
+#include "conn_internal.h"
+
+/*
+ * Threads: everything here runs on the loop thread, except where a comment
+ * says otherwise. Work from other threads reaches the loop as a perch__msg
+ * pushed on its inbox (a ck_stack, many producers, one consumer that pops
+ * the whole batch and reverses it into FIFO order).
+ */
+
+struct perch__msg;
+typedef void (*perch__msg_fn)(struct perch_loop *loop, struct perch__msg *m);
+
+/* One posted item. Embedded in what it carries, so posting never allocates (user posts aside). */
+struct perch__msg {
+	ck_stack_entry_t entry;
+	perch__msg_fn run;
+};
+
+enum perch__sock_kind { PERCH__SOCK_CONN, PERCH__SOCK_LISTENER };
+
+/* A received buffer lent to a connection: one per buffer id, owned by the loop. */
+struct perch__rxseg {
+	struct perch_seg seg;        /* what the conn core queues */
+	struct perch__msg release;   /* posted when released off the loop thread */
+	uint32_t slot, gen;          /* the socket it was delivered to (accounting) */
+};
+
+#define PERCH__TX_IOV 64            /* iovecs per sendmsg; the rest goes in the next one */
+
+/* A socket on the loop: a connection or a listener. Lives in the loop's table. */
+struct perch__sock {
+	struct perch_loop *loop;
+	enum perch__sock_kind kind;
+	int fd;
+	uint32_t slot, gen;          /* table index and its generation while in the table */
+	bool in_table;
+	bool closing;                /* close started: no new work is submitted */
+
+	/* ---- connections ---- */
+	struct perch_conn *conn;     /* the loop holds one reference until the socket is finalized */
+	struct perch_conn_opts opts; /* resolved: no zero fields */
+	uint64_t unconsumed;         /* bytes delivered and not yet released */
+	bool rx_paused;              /* backpressure wants recv stopped */
+	bool rx_ended;               /* FIN or error seen: never re-armed */
+	struct perch__txbuf *tx_chain; /* the chain being sent (one send in flight) */
+	struct perch__txbuf *tx_cur;   /* first buffer with unsent bytes */
+	uint32_t tx_off;             /* bytes of tx_cur already sent */
+	struct perch__msg send_msg;  /* ops->send from another thread */
+	struct perch__txbuf *posted_chain;
+	struct perch__msg close_msg; /* ops->close from another thread */
+	/* connect */
+	struct sockaddr_storage peer;
+	socklen_t peer_len;
+	perch_connect_fn on_connected;
+	void *connect_arg;
+	struct perch__msg connect_msg;
+
+	/* ---- listeners ---- */
+	perch_accept_fn on_accept;
+	void *accept_arg;
+	struct perch_conn_opts accept_opts;
+	int port;
+	struct perch__msg listen_msg;
+
+	/* ---- the backend's per-socket state ---- */
+	uint32_t bk_inflight;        /* operations whose last completion has not come */
+	uint32_t bk_flags;
+	struct perch__sock *bk_next; /* the backend's wait list (ENOBUFS) */
+	struct msghdr bk_msg;
+	struct iovec bk_iov[PERCH__TX_IOV];
+};
+
+struct perch_listener {
+	struct perch__sock sk;
+};
+
+/*
+ * The backend interface, Redis ae style: the loop calls these, a backend
+ * turns kernel events into the perch__loop_* calls below. Every socket
+ * operation is started on the loop thread.
+ */
+struct perch__backend {
+	const char *name;
+	/* Sets loop->be_state; watches loop->wake_fd (readable: perch__loop_woken). Returns 0 or -errno. */
+	int (*init)(struct perch_loop *loop, const struct perch_loop_opts *opts);
+	/* After every socket is finalized. */
+	void (*destroy)(struct perch_loop *loop);
+	/* Submits, waits up to timeout_ms (<0 none), dispatches. Returns completions seen or -errno. */
+	int (*poll)(struct perch_loop *loop, int timeout_ms);
+	/* Starts accepting on s->fd: each new fd goes to perch__loop_accepted. */
+	void (*accept)(struct perch__sock *s);
+	/* Starts connecting s->fd to s->peer; the result goes to perch__loop_connected. */
+	void (*connect)(struct perch__sock *s);
+	/* (Re)starts receiving: segments to perch__loop_received, the end to perch__loop_recv_ended. */
+	void (*recv_arm)(struct perch__sock *s);
+	/* Stops receiving; what the kernel already took is still delivered. */
+	void (*recv_pause)(struct perch__sock *s);
+	/* Sends s->tx_cur from s->tx_off: perch__loop_sent with each result. */
+	void (*send)(struct perch__sock *s);
+	/* Cancels everything; once the last completion came and the fd is closed: perch__loop_sock_closed. */
+	void (*close)(struct perch__sock *s);
+	/* Takes back a buffer given in a segment (loop thread). */
+	void (*buf_release)(struct perch_loop *loop, struct perch__rxseg *rs);
+};
+
+struct perch_loop {
+	/* ---- any thread ---- */
+	ck_stack_t inbox CK_CC_CACHELINE;
+	uint32_t wake_pending;       /* one eventfd write until the loop drains */
+	uint32_t stop;
+	uint32_t posting;            /* threads inside a post or stop: free waits them out */
+	int wake_fd;
+
+	/* ---- loop thread ---- */
+	const struct perch__backend *be;
+	void *be_state;
+	struct perch__sock **table;  /* slot -> socket, NULL when free */
+	uint32_t *gens;              /* slot -> generation, bumped when a socket leaves */
+	uint32_t *free_slots;
+	uint32_t nfree, cap, live;
+	int owner_tid;               /* the thread that first ran the loop; 0 before */
+	bool freeing;
+	struct perch_loop_opts opts;
+	struct {
+		uint64_t enobufs_parks;   /* recvs parked for want of buffers */
+		uint64_t recv_pauses;     /* backpressure pauses */
+	} stats;
+};
+
+/* ---- loop services for backends (loop thread) ---- */
+
+/* The socket at slot/gen, or NULL when that generation has left the table. */
+struct perch__sock *perch__loop_sock(struct perch_loop *loop, uint32_t slot, uint32_t gen);
+/* The wake eventfd was readable: runs posted work. */
+void perch__loop_woken(struct perch_loop *loop);
+/* A listener accepted `fd` (or failed with -errno: logged, accepting continues). */
+void perch__loop_accepted(struct perch__sock *ls, int fd);
+/* The connect finished with `res` (0 or -errno). */
+void perch__loop_connected(struct perch__sock *s, int res);
+/* A buffer was filled: queue it on the connection, pausing recv inline past the threshold. */
+void perch__loop_received(struct perch__sock *s, struct perch__rxseg *rs);
+/* Receiving ended: 0 is the peer's FIN, else -errno. Called after every byte before it. */
+void perch__loop_recv_ended(struct perch__sock *s, int res);
+/* Whether recv should be (re)armed now: open, not ended, not paused. */
+bool perch__loop_recv_wanted(const struct perch__sock *s);
+/* A send took `res` bytes (or failed, -errno): resubmits or completes the chain. */
+void perch__loop_sent(struct perch__sock *s, int res);
+/* Fills iov from tx_cur/tx_off; returns the count. */
+int perch__loop_tx_iov(struct perch__sock *s, struct iovec *iov, int max);
+/* Every completion of the socket came and its fd is closed: leaves the table. */
+void perch__loop_sock_closed(struct perch__sock *s);
+
+extern const struct perch__backend perch__uring_backend;
+
+#endif /* PERCH_LIB_BACKEND_H */

@@ -1,0 +1,862 @@
+/* lib/loop.c: the backend-agnostic loop: inbox, wake, socket table, listeners, connects, backpressure, sends. */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "atomic.h"
+#include "backend.h"
+
+#define DEFAULT_PAUSE_BYTES (256u * 1024)
+#define FREE_DRAIN_MS 5000        /* perch_loop_free waits this long for the last completions */
+
+static const struct perch__transport_ops loop_conn_ops;
+
+/* The loop this thread is running (inside run_once or free): "on the loop thread". */
+static __thread struct perch_loop *current_loop;
+
+bool perch_loop_is_current(const struct perch_loop *loop)
+{
+	return loop && current_loop == loop;
+}
+
+/* ================= inbox: many producers, the loop consumes ================= */
+
+/* Wakes the loop unless a wake is already pending: one eventfd write until the loop drains. */
+static void wake(struct perch_loop *loop)
+{
+	/* Pairs with the exchange in drain_inbox: our push (or stop) is ordered before this. */
+	perch__fence_rmw_then_load();
+	if (perch__xchg_u32(&loop->wake_pending, 1) != 0)
+		return;
+	uint64_t one = 1;
+	ssize_t n = write(loop->wake_fd, &one, sizeof(one));
+	(void)n; /* EAGAIN means the counter is already non-zero: the loop wakes anyway */
+}
+
+/*
+ * ck_stack's push writes entry->next and then CASes the head in inline
+ * assembly, which TSan cannot see (nor can an annotation go between the
+ * two); under TSan the same Treiber push and batch pop use __atomic.
+ */
+#ifdef PERCH_TSAN
+static void inbox_stack_push(ck_stack_t *st, ck_stack_entry_t *e)
+{
+	ck_stack_entry_t *head = __atomic_load_n(&st->head, __ATOMIC_RELAXED);
+	do
+		e->next = head;
+	while (!__atomic_compare_exchange_n(&st->head, &head, e, true, __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED));
+}
+
+static ck_stack_entry_t *inbox_stack_pop_all(ck_stack_t *st)
+{
+	return __atomic_exchange_n(&st->head, NULL, __ATOMIC_ACQUIRE);
+}
+#else
+/* Many producers (push_upmc), one consumer taking the whole batch (LIFO: reversed by the caller). */
+static void inbox_stack_push(ck_stack_t *st, ck_stack_entry_t *e)
+{
+	ck_stack_push_upmc(st, e);
+}
+
+static ck_stack_entry_t *inbox_stack_pop_all(ck_stack_t *st)
+{
+	return ck_stack_batch_pop_upmc(st);
+}
+#endif
+
+/*
+ * Any thread. The message must stay valid until it runs. What it carries
+ * may let the loop thread return and free the loop before our wake is
+ * written: `posting` makes perch_loop_free wait until we are out.
+ */
+static void inbox_push(struct perch_loop *loop, struct perch__msg *m)
+{
+	perch__faa_u32(&loop->posting, 1);
+	inbox_stack_push(&loop->inbox, &m->entry);
+	wake(loop);
+	perch__faa_u32(&loop->posting, (uint32_t)-1);
+}
+
+/* Loop thread, in perch_loop_free: posters still writing the eventfd finish first. */
+static void wait_posters(struct perch_loop *loop)
+{
+	unsigned spins = 0;
+	while (perch__load_u32(&loop->posting) != 0)
+		if (++spins % 64 == 0)
+			sched_yield();
+		else
+			perch__cpu_relax();
+}
+
+static struct perch__msg *msg_of(ck_stack_entry_t *e)
+{
+	return (struct perch__msg *)((char *)e - offsetof(struct perch__msg, entry));
+}
+
+/* Loop thread. Runs everything posted so far in FIFO order; returns how many ran. */
+static int drain_inbox(struct perch_loop *loop)
+{
+	/* Clear the flag before popping: a push after our pop sees 0 and writes the eventfd. */
+	perch__xchg_u32(&loop->wake_pending, 0);
+	perch__fence_rmw_then_load();
+	if (perch__load_ptr((void *const *)&loop->inbox.head) == NULL)
+		return 0;
+	ck_stack_entry_t *e = inbox_stack_pop_all(&loop->inbox);
+	ck_stack_entry_t *fifo = NULL;
+	while (e) {
+		ck_stack_entry_t *next = e->next;
+		e->next = fifo;
+		fifo = e;
+		e = next;
+	}
+	int n = 0;
+	while (fifo) {
+		/* Read next first: run may free or re-post the message. */
+		ck_stack_entry_t *next = fifo->next;
+		struct perch__msg *m = msg_of(fifo);
+		m->run(loop, m);
+		fifo = next;
+		n++;
+	}
+	return n;
+}
+
+void perch__loop_woken(struct perch_loop *loop)
+{
+	drain_inbox(loop);
+}
+
+struct user_msg {
+	struct perch__msg m;
+	perch_loop_fn fn;
+	void *arg;
+};
+
+static void run_user_msg(struct perch_loop *loop, struct perch__msg *m)
+{
+	struct user_msg *u = (struct user_msg *)m;
+	perch_loop_fn fn = u->fn;
+	void *arg = u->arg;
+	free(u);
+	fn(arg);
+}
+
+/* ================= socket table (loop thread) ================= */
+
+#define GEN_MASK 0xffffffu         /* generations fit the backend's 24-bit tag */
+
+static int table_grow(struct perch_loop *loop)
+{
+	uint32_t cap = loop->cap ? loop->cap * 2 : 64;
+	struct perch__sock **table = realloc(loop->table, cap * sizeof(*table));
+	if (!table)
+		return -ENOMEM;
+	loop->table = table;
+	uint32_t *gens = realloc(loop->gens, cap * sizeof(*gens));
+	if (!gens)
+		return -ENOMEM;
+	loop->gens = gens;
+	uint32_t *free_slots = realloc(loop->free_slots, cap * sizeof(*free_slots));
+	if (!free_slots)
+		return -ENOMEM;
+	loop->free_slots = free_slots;
+	/* Pushed high to low so the lowest slots are used first. */
+	for (uint32_t i = cap; i > loop->cap; i--) {
+		table[i - 1] = NULL;
+		gens[i - 1] = 0;
+		free_slots[loop->nfree++] = i - 1;
+	}
+	loop->cap = cap;
+	return 0;
+}
+
+static int table_insert(struct perch_loop *loop, struct perch__sock *s)
+{
+	if (loop->nfree == 0 && table_grow(loop) != 0)
+		return -ENOMEM;
+	uint32_t slot = loop->free_slots[--loop->nfree];
+	loop->table[slot] = s;
+	s->slot = slot;
+	s->gen = loop->gens[slot];
+	s->in_table = true;
+	loop->live++;
+	return 0;
+}
+
+static void table_remove(struct perch_loop *loop, struct perch__sock *s)
+{
+	loop->table[s->slot] = NULL;
+	/* Completions and releases still tagged with the old generation are dropped. */
+	loop->gens[s->slot] = (loop->gens[s->slot] + 1) & GEN_MASK;
+	loop->free_slots[loop->nfree++] = s->slot;
+	loop->live--;
+	s->in_table = false;
+}
+
+struct perch__sock *perch__loop_sock(struct perch_loop *loop, uint32_t slot, uint32_t gen)
+{
+	if (slot >= loop->cap || loop->gens[slot] != gen)
+		return NULL;
+	return loop->table[slot];
+}
+
+/* ================= sockets: options, creation, close ================= */
+
+static int resolve_opts(const struct perch_conn_opts *in, struct perch_conn_opts *out)
+{
+	struct perch_conn_opts o = in ? *in : (struct perch_conn_opts){ 0 };
+	if (o.recv_mode < PERCH_RECV_DEFAULT || o.recv_mode > PERCH_RECV_SINGLESHOT)
+		return -EINVAL;
+	if (o.recv_mode == PERCH_RECV_DEFAULT)
+		o.recv_mode = PERCH_RECV_MULTISHOT;
+	if (o.pause_bytes == 0)
+		o.pause_bytes = DEFAULT_PAUSE_BYTES;
+	if (o.resume_bytes == 0)
+		o.resume_bytes = o.pause_bytes / 4;
+	if (o.resume_bytes >= o.pause_bytes)
+		return -EINVAL;
+	*out = o;
+	return 0;
+}
+
+/* A connection socket over `fd`, with the loop's reference on its conn. Any thread. */
+static struct perch__sock *conn_sock_new(struct perch_loop *loop, int fd,
+					 const struct perch_conn_opts *opts)
+{
+	struct perch__sock *s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->loop = loop;
+	s->kind = PERCH__SOCK_CONN;
+	s->fd = fd;
+	s->opts = *opts;
+	s->conn = perch__conn_new(&loop_conn_ops, s);
+	if (!s->conn) {
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
+static void start_close(struct perch__sock *s)
+{
+	if (s->closing)
+		return;
+	s->closing = true;
+	if (!s->in_table) {
+		/* Never reached the backend: nothing in flight. */
+		close(s->fd);
+		if (s->kind == PERCH__SOCK_LISTENER)
+			free(s);
+		return;
+	}
+	s->loop->be->close(s);
+}
+
+void perch__loop_sock_closed(struct perch__sock *s)
+{
+	table_remove(s->loop, s);
+	if (s->kind == PERCH__SOCK_LISTENER) {
+		free(s);
+		return;
+	}
+	/* The loop's reference: the last one frees the socket (op_destroy). */
+	perch__conn_unref(s->conn);
+}
+
+/* ================= receive: segments and backpressure ================= */
+
+bool perch__loop_recv_wanted(const struct perch__sock *s)
+{
+	return !s->closing && !s->rx_ended && !s->rx_paused;
+}
+
+void perch__loop_received(struct perch__sock *s, struct perch__rxseg *rs)
+{
+	struct perch_loop *loop = s->loop;
+	uint32_t len = rs->seg.len;
+	rs->slot = s->slot;
+	rs->gen = s->gen;
+	s->unconsumed += len;
+	if (perch__conn_recv_arrived(s->conn, &rs->seg) != 0) {
+		s->unconsumed -= len;
+		loop->be->buf_release(loop, rs);
+		s->rx_ended = true;
+		loop->be->recv_pause(s);
+		perch__conn_failed(s->conn, -ENOMEM);
+		return;
+	}
+	/*
+	 * Inline, in this turn: a deferred pause would let the rest of this
+	 * batch (and the next) overfill the connection. What arrives before
+	 * the pause lands is still queued above, never dropped. The conn's
+	 * reader may have consumed (and even closed) inside recv_arrived: the
+	 * socket stays valid until the end of this completion.
+	 */
+	if (!s->rx_paused && s->unconsumed >= s->opts.pause_bytes) {
+		s->rx_paused = true;
+		loop->stats.recv_pauses++;
+		if (!s->closing)
+			loop->be->recv_pause(s);
+	}
+}
+
+void perch__loop_recv_ended(struct perch__sock *s, int res)
+{
+	if (s->rx_ended)
+		return;
+	s->rx_ended = true;
+	if (res == 0)
+		perch__conn_peer_closed(s->conn);
+	else
+		perch__conn_failed(s->conn, res);
+}
+
+static void maybe_resume(struct perch__sock *s)
+{
+	if (!s->rx_paused || s->unconsumed > s->opts.resume_bytes)
+		return;
+	s->rx_paused = false;
+	if (perch__loop_recv_wanted(s))
+		s->loop->be->recv_arm(s);
+}
+
+/* Loop thread: the buffer goes back; the socket it was lent to (if still there) may resume. */
+static void release_now(struct perch_loop *loop, struct perch__rxseg *rs)
+{
+	struct perch__sock *s = perch__loop_sock(loop, rs->slot, rs->gen);
+	uint32_t len = rs->seg.len;
+	loop->be->buf_release(loop, rs);
+	if (s && s->kind == PERCH__SOCK_CONN) {
+		s->unconsumed -= len;
+		maybe_resume(s);
+	}
+}
+
+static void run_posted_release(struct perch_loop *loop, struct perch__msg *m)
+{
+	release_now(loop, (struct perch__rxseg *)((char *)m - offsetof(struct perch__rxseg, release)));
+}
+
+/* ================= send ================= */
+
+int perch__loop_tx_iov(struct perch__sock *s, struct iovec *iov, int max)
+{
+	int n = 0;
+	uint32_t off = s->tx_off;
+	for (struct perch__txbuf *b = s->tx_cur; b && n < max; b = b->next, off = 0) {
+		if (b->len == off)
+			continue;
+		iov[n].iov_base = b->data + off;
+		iov[n].iov_len = b->len - off;
+		n++;
+	}
+	return n;
+}
+
+/* Skips `n` sent bytes; true when the whole chain is sent. */
+static bool tx_advance(struct perch__sock *s, size_t n)
+{
+	while (s->tx_cur) {
+		size_t left = s->tx_cur->len - s->tx_off;
+		if (n < left) {
+			s->tx_off += (uint32_t)n;
+			return false;
+		}
+		n -= left;
+		s->tx_cur = s->tx_cur->next;
+		s->tx_off = 0;
+	}
+	return true;
+}
+
+static void finish_send(struct perch__sock *s, int result)
+{
+	struct perch__txbuf *chain = s->tx_chain;
+	s->tx_chain = s->tx_cur = NULL;
+	s->tx_off = 0;
+	/* May drop the send's reference; the loop's keeps the socket alive. */
+	perch__conn_send_done(s->conn, chain, result);
+}
+
+void perch__loop_sent(struct perch__sock *s, int res)
+{
+	if (res < 0) {
+		finish_send(s, res);
+		return;
+	}
+	if (tx_advance(s, (size_t)res)) {
+		finish_send(s, 0);
+		return;
+	}
+	/* A short send: resubmit from where it stopped, unless closing (or the kernel took nothing). */
+	if (s->closing)
+		finish_send(s, -ECANCELED);
+	else if (res == 0)
+		finish_send(s, -EIO);
+	else
+		s->loop->be->send(s);
+}
+
+/* Loop thread. `c` is passed apart from s->conn: after a close the socket may be finalized. */
+static void start_send(struct perch__sock *s, struct perch_conn *c, struct perch__txbuf *chain)
+{
+	if (s->closing || !s->in_table) {
+		perch__conn_send_done(c, chain, -EPIPE);
+		return;
+	}
+	if (s->tx_chain) {
+		/* The flush guard allows one send at a time; refuse rather than reorder. */
+		perch__conn_send_done(c, chain, -EBUSY);
+		return;
+	}
+	s->tx_chain = s->tx_cur = chain;
+	s->tx_off = 0;
+	if (tx_advance(s, 0)) {
+		finish_send(s, 0);
+		return;
+	}
+	s->loop->be->send(s);
+}
+
+static void run_posted_send(struct perch_loop *loop, struct perch__msg *m)
+{
+	struct perch__sock *s = (struct perch__sock *)((char *)m - offsetof(struct perch__sock, send_msg));
+	start_send(s, s->conn, s->posted_chain);
+}
+
+/* ================= the conn core's transport ops ================= */
+
+static void op_send(struct perch_conn *c, struct perch__txbuf *chain)
+{
+	struct perch__sock *s = c->transport;
+	if (perch_loop_is_current(s->loop)) {
+		start_send(s, c, chain);
+		return;
+	}
+	/* The send's own conn reference (taken by the core) keeps s alive until it runs. */
+	s->posted_chain = chain;
+	s->send_msg.run = run_posted_send;
+	inbox_push(s->loop, &s->send_msg);
+}
+
+static void op_release_seg(struct perch_conn *c, struct perch_seg *seg)
+{
+	struct perch__rxseg *rs = (struct perch__rxseg *)seg;
+	struct perch_loop *loop = seg->owner;
+	if (perch_loop_is_current(loop)) {
+		release_now(loop, rs);
+		return;
+	}
+	rs->release.run = run_posted_release;
+	inbox_push(loop, &rs->release);
+}
+
+static void run_posted_close(struct perch_loop *loop, struct perch__msg *m)
+{
+	struct perch__sock *s = (struct perch__sock *)((char *)m - offsetof(struct perch__sock, close_msg));
+	struct perch_conn *c = s->conn;
+	start_close(s);
+	perch__conn_unref(c); /* taken in op_close; may free s */
+}
+
+static void op_close(struct perch_conn *c)
+{
+	struct perch__sock *s = c->transport;
+	if (perch_loop_is_current(s->loop)) {
+		start_close(s);
+		return;
+	}
+	/* The caller holds a reference; ours keeps s alive while the message waits. */
+	perch__conn_ref(c);
+	s->close_msg.run = run_posted_close;
+	inbox_push(s->loop, &s->close_msg);
+}
+
+static void op_destroy(struct perch_conn *c)
+{
+	free(c->transport);
+}
+
+static const struct perch__transport_ops loop_conn_ops = {
+	.send = op_send,
+	.release_seg = op_release_seg,
+	.close = op_close,
+	.destroy = op_destroy,
+};
+
+/* ================= accept and connect ================= */
+
+static void set_nodelay(int fd)
+{
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+void perch__loop_accepted(struct perch__sock *ls, int fd)
+{
+	if (fd < 0) {
+		fprintf(stderr, "perch: accept on port %d failed: %s\n", ls->port, strerror(-fd));
+		return;
+	}
+	if (ls->closing) {
+		close(fd);
+		return;
+	}
+	set_nodelay(fd);
+	struct perch__sock *s = conn_sock_new(ls->loop, fd, &ls->accept_opts);
+	if (!s || table_insert(ls->loop, s) != 0) {
+		if (s)
+			perch_conn_release(s->conn); /* not in the table yet: closes fd inline */
+		else
+			close(fd);
+		return;
+	}
+	ls->loop->be->recv_arm(s);
+	struct perch_conn *c = s->conn;
+	perch__conn_ref(c); /* the callback's */
+	ls->on_accept((struct perch_listener *)ls, c, ls->accept_arg);
+}
+
+void perch__loop_connected(struct perch__sock *s, int res)
+{
+	perch_connect_fn cb = s->on_connected;
+	void *arg = s->connect_arg;
+	s->on_connected = NULL;
+	if (!cb)
+		return;
+	if (res < 0) {
+		start_close(s);
+		cb(s->loop, NULL, res, arg);
+		return;
+	}
+	set_nodelay(s->fd);
+	if (perch__loop_recv_wanted(s))
+		s->loop->be->recv_arm(s);
+	perch__conn_ref(s->conn); /* the callback's */
+	cb(s->loop, s->conn, 0, arg);
+}
+
+static void connect_start(struct perch__sock *s)
+{
+	if (table_insert(s->loop, s) != 0) {
+		perch_connect_fn cb = s->on_connected;
+		void *arg = s->connect_arg;
+		struct perch_loop *loop = s->loop;
+		perch_conn_release(s->conn); /* not in the table: closes fd, frees s */
+		cb(loop, NULL, -ENOMEM, arg);
+		return;
+	}
+	s->loop->be->connect(s);
+}
+
+static void run_posted_connect(struct perch_loop *loop, struct perch__msg *m)
+{
+	connect_start((struct perch__sock *)((char *)m - offsetof(struct perch__sock, connect_msg)));
+}
+
+/* Numeric host + port -> sockaddr. Returns 0 or -EINVAL. */
+static int parse_addr(const char *host, int port, struct sockaddr_storage *ss, socklen_t *len)
+{
+	if (!host || port < 0 || port > 65535)
+		return -EINVAL;
+	memset(ss, 0, sizeof(*ss));
+	struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+	if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+		in4->sin_family = AF_INET;
+		in4->sin_port = htons((uint16_t)port);
+		*len = sizeof(*in4);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons((uint16_t)port);
+		*len = sizeof(*in6);
+		return 0;
+	}
+	return -EINVAL;
+}
+
+int perch_connect(struct perch_loop *loop, const char *host, int port,
+		  const struct perch_conn_opts *opts, perch_connect_fn on_connected, void *arg)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	struct perch_conn_opts o;
+	if (!loop || !on_connected || port == 0 || parse_addr(host, port, &ss, &len) != 0 ||
+	    resolve_opts(opts, &o) != 0)
+		return -EINVAL;
+	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	struct perch__sock *s = conn_sock_new(loop, fd, &o);
+	if (!s) {
+		close(fd);
+		return -ENOMEM;
+	}
+	s->peer = ss;
+	s->peer_len = len;
+	s->on_connected = on_connected;
+	s->connect_arg = arg;
+	if (perch_loop_is_current(loop)) {
+		connect_start(s);
+		return 0;
+	}
+	s->connect_msg.run = run_posted_connect;
+	inbox_push(loop, &s->connect_msg);
+	return 0;
+}
+
+static void run_posted_listen(struct perch_loop *loop, struct perch__msg *m)
+{
+	struct perch__sock *ls = (struct perch__sock *)((char *)m - offsetof(struct perch__sock, listen_msg));
+	if (table_insert(loop, ls) != 0) {
+		fprintf(stderr, "perch: listener on port %d dropped: out of memory\n", ls->port);
+		start_close(ls);
+		return;
+	}
+	loop->be->accept(ls);
+}
+
+static int listen_socket(const struct sockaddr_storage *ss, socklen_t len, int *port)
+{
+	int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	int one = 1;
+	struct sockaddr_storage bound;
+	socklen_t blen = sizeof(bound);
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0 ||
+	    (ss->ss_family == AF_INET6 &&
+	     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) != 0) ||
+	    bind(fd, (const struct sockaddr *)ss, len) != 0 || listen(fd, SOMAXCONN) != 0 ||
+	    getsockname(fd, (struct sockaddr *)&bound, &blen) != 0) {
+		int err = -errno;
+		close(fd);
+		return err;
+	}
+	*port = ntohs(ss->ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
+					       : ((struct sockaddr_in6 *)&bound)->sin6_port);
+	return fd;
+}
+
+int perch_listen(struct perch_loop *loop, const char *host, int port,
+		 const struct perch_conn_opts *opts, perch_accept_fn on_accept, void *arg,
+		 struct perch_listener **out)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	struct perch_conn_opts o;
+	if (!loop || !on_accept || !out || parse_addr(host, port, &ss, &len) != 0 ||
+	    resolve_opts(opts, &o) != 0)
+		return -EINVAL;
+	struct perch_listener *l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	struct perch__sock *ls = &l->sk;
+	int fd = listen_socket(&ss, len, &ls->port);
+	if (fd < 0) {
+		free(l);
+		return fd;
+	}
+	ls->loop = loop;
+	ls->kind = PERCH__SOCK_LISTENER;
+	ls->fd = fd;
+	ls->on_accept = on_accept;
+	ls->accept_arg = arg;
+	ls->accept_opts = o;
+	*out = l;
+	if (perch_loop_is_current(loop)) {
+		run_posted_listen(loop, &ls->listen_msg);
+		return 0;
+	}
+	ls->listen_msg.run = run_posted_listen;
+	inbox_push(loop, &ls->listen_msg);
+	return 0;
+}
+
+int perch_listener_port(const struct perch_listener *l)
+{
+	return l ? l->sk.port : -EINVAL;
+}
+
+static void run_posted_listener_close(struct perch_loop *loop, struct perch__msg *m)
+{
+	start_close((struct perch__sock *)((char *)m - offsetof(struct perch__sock, close_msg)));
+}
+
+int perch_listener_close(struct perch_listener *l)
+{
+	if (!l)
+		return -EINVAL;
+	struct perch__sock *ls = &l->sk;
+	if (perch_loop_is_current(ls->loop)) {
+		start_close(ls);
+		return 0;
+	}
+	ls->close_msg.run = run_posted_listener_close;
+	inbox_push(ls->loop, &ls->close_msg);
+	return 0;
+}
+
+/* ================= the loop ================= */
+
+int perch_loop_new(const struct perch_loop_opts *opts, struct perch_loop **out)
+{
+	struct perch_loop_opts o = opts ? *opts : (struct perch_loop_opts){ 0 };
+	if (!out)
+		return -EINVAL;
+	if (o.sq_entries == 0)
+		o.sq_entries = 256;
+	if (o.buf_count == 0)
+		o.buf_count = 512;
+	if (o.buf_size == 0)
+		o.buf_size = 16 * 1024;
+	if (o.sq_entries > 32768 || o.buf_count > 32768 || (o.buf_count & (o.buf_count - 1)) ||
+	    o.buf_size > (1u << 20))
+		return -EINVAL;
+	struct perch_loop *loop;
+	if (posix_memalign((void **)&loop, CK_MD_CACHELINE, sizeof(*loop)) != 0)
+		return -ENOMEM;
+	memset(loop, 0, sizeof(*loop));
+	ck_stack_init(&loop->inbox);
+	loop->opts = o;
+	loop->be = &perch__uring_backend;
+	loop->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (loop->wake_fd < 0) {
+		int err = -errno;
+		free(loop);
+		return err;
+	}
+	int rc = loop->be->init(loop, &o);
+	if (rc != 0) {
+		close(loop->wake_fd);
+		free(loop);
+		return rc;
+	}
+	*out = loop;
+	return 0;
+}
+
+int perch_loop_run_once(struct perch_loop *loop, int timeout_ms)
+{
+	if (!loop)
+		return -EINVAL;
+	int tid = gettid();
+	if (loop->owner_tid == 0)
+		loop->owner_tid = tid;
+	else if (loop->owner_tid != tid)
+		return -EEXIST;
+	struct perch_loop *prev = current_loop;
+	current_loop = loop;
+	int posted = drain_inbox(loop);
+	/* Posted work counts as this turn's events: do not also sleep. */
+	int rc = loop->be->poll(loop, posted ? 0 : timeout_ms);
+	current_loop = prev;
+	return rc < 0 ? rc : rc + posted;
+}
+
+int perch_loop_run(struct perch_loop *loop)
+{
+	if (!loop)
+		return -EINVAL;
+	while (!perch__xchg_u32(&loop->stop, 0)) {
+		int rc = perch_loop_run_once(loop, -1);
+		if (rc < 0 && rc != -EINTR)
+			return rc;
+	}
+	return 0;
+}
+
+int perch_loop_stop(struct perch_loop *loop)
+{
+	if (!loop)
+		return -EINVAL;
+	perch__faa_u32(&loop->posting, 1);
+	perch__xchg_u32(&loop->stop, 1);
+	wake(loop);
+	perch__faa_u32(&loop->posting, (uint32_t)-1);
+	return 0;
+}
+
+int perch_loop_post(struct perch_loop *loop, perch_loop_fn fn, void *arg)
+{
+	if (!loop || !fn)
+		return -EINVAL;
+	struct user_msg *u = malloc(sizeof(*u));
+	if (!u)
+		return -ENOMEM;
+	u->m.run = run_user_msg;
+	u->fn = fn;
+	u->arg = arg;
+	inbox_push(loop, &u->m);
+	return 0;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Closes connections through the core, so parked reads and flushes get their closed result. */
+static void close_all(struct perch_loop *loop)
+{
+	for (uint32_t i = 0; i < loop->cap; i++) {
+		struct perch__sock *s = loop->table[i];
+		if (!s || s->closing)
+			continue;
+		if (s->kind == PERCH__SOCK_CONN)
+			perch_conn_close(s->conn);
+		else
+			start_close(s);
+	}
+}
+
+void perch_loop_free(struct perch_loop *loop)
+{
+	if (!loop)
+		return;
+	int tid = gettid();
+	bool owner = loop->owner_tid == 0 || loop->owner_tid == tid;
+	loop->freeing = true;
+	if (owner) {
+		loop->owner_tid = tid;
+		struct perch_loop *prev = current_loop;
+		current_loop = loop;
+		drain_inbox(loop);
+		close_all(loop);
+		/* Every socket leaves the table after its last completion; bounded, in case one never comes. */
+		double deadline = now_ms() + FREE_DRAIN_MS;
+		while (loop->live > 0 && now_ms() < deadline) {
+			loop->be->poll(loop, 50);
+			drain_inbox(loop);
+			close_all(loop);
+		}
+		drain_inbox(loop);
+		current_loop = prev;
+	}
+	wait_posters(loop);
+	if (loop->live > 0)
+		fprintf(stderr, "perch: loop freed with %u sockets still in flight%s\n", loop->live,
+			owner ? "" : " (perch_loop_free called off the loop's thread)");
+	loop->be->destroy(loop);
+	close(loop->wake_fd);
+	free(loop->table);
+	free(loop->gens);
+	free(loop->free_slots);
+	free(loop);
+}

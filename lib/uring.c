@@ -1,0 +1,477 @@
+/* lib/uring.c: the io_uring backend: turns CQEs into the loop's perch__loop_* calls, nothing more. */
+#include "config.h"
+
+#include <errno.h>
+#include <liburing.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "backend.h"
+
+#define BGID 0                 /* one buffer group per ring, so per loop */
+#define CQE_BATCH 64
+#define MAX_BATCHES 16         /* per poll: then let the caller's turn end (posted work, stop) */
+
+/* user_data: op (8 bits) | generation (24 bits) | slot (32 bits). */
+enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL, OP_PAUSE_CANCEL };
+
+#define UD(op, s) (((uint64_t)(op) << 56) | ((uint64_t)((s)->gen & 0xffffff) << 32) | (s)->slot)
+#define UD_OP(ud) ((unsigned)((ud) >> 56))
+#define UD_GEN(ud) ((uint32_t)((ud) >> 32) & 0xffffff)
+#define UD_SLOT(ud) ((uint32_t)(ud))
+
+/* bk_flags */
+#define F_RECV        1u   /* a recv is in flight */
+#define F_RECV_MS     2u   /* ... and it is multishot */
+#define F_RECV_CANCEL 4u   /* a pause's cancel for it is in flight */
+#define F_PARKED      8u   /* ENOBUFS: waits on the park list for buffers */
+
+struct uring {
+	struct io_uring ring;
+	bool needs_enable;           /* created disabled: the first poll enables it (binds the thread) */
+	struct io_uring_buf_ring *br;
+	size_t br_bytes;
+	uint8_t *bufs;
+	struct perch__rxseg *segs;   /* one per buffer id */
+	uint32_t nbufs, buf_size, mask;
+	uint32_t ring_free;          /* buffers in the ring now */
+	struct perch__sock *park_head, *park_tail; /* ENOBUFS, FIFO: first parked, first served */
+	uint64_t wake_val;
+};
+
+static struct uring *st_of(struct perch_loop *loop)
+{
+	return loop->be_state;
+}
+
+/* An SQE, flushing the queue when it is full (the loop thread owns the ring). */
+static struct io_uring_sqe *sqe_get(struct uring *u)
+{
+	struct io_uring_sqe *sqe;
+	while (!(sqe = io_uring_get_sqe(&u->ring)))
+		io_uring_submit(&u->ring);
+	return sqe;
+}
+
+/* ================= ring and buffer ring ================= */
+
+static const char *refusal_cause(int err)
+{
+	switch (err) {
+	case -EPERM: return "not permitted (kernel.io_uring_disabled, seccomp, or a container policy)";
+	case -ENOSYS: return "not supported by this kernel";
+	case -ENOMEM: return "out of locked memory for the ring (RLIMIT_MEMLOCK)";
+	default: return strerror(-err);
+	}
+}
+
+/* Newest flags first; EINVAL means "this kernel does not know a flag": try plainer ones. */
+static int ring_setup(struct uring *u, unsigned entries)
+{
+	static const unsigned flag_sets[] = {
+		IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED,
+		IORING_SETUP_COOP_TASKRUN,
+		0,
+	};
+	int rc = -EINVAL;
+	for (size_t i = 0; i < sizeof(flag_sets) / sizeof(flag_sets[0]); i++) {
+		struct io_uring_params p;
+		memset(&p, 0, sizeof(p));
+		p.flags = flag_sets[i];
+		rc = io_uring_queue_init_params(entries, &u->ring, &p);
+		if (rc == 0) {
+			u->needs_enable = (flag_sets[i] & IORING_SETUP_R_DISABLED) != 0;
+			return 0;
+		}
+		if (rc != -EINVAL)
+			break;
+	}
+	fprintf(stderr, "perch: io_uring refused: io_uring_queue_init: %s\n", refusal_cause(rc));
+	return rc;
+}
+
+/* Writes entry `offset` past the ring's tail; io_uring_buf_ring_advance publishes it. */
+static void buf_add(struct uring *u, uint32_t bid, int offset)
+{
+	io_uring_buf_ring_add(u->br, u->bufs + (size_t)bid * u->buf_size, u->buf_size, (unsigned short)bid,
+			      (int)u->mask, offset);
+	u->ring_free++;
+}
+
+/* liburing 2.3 has no io_uring_setup_buf_ring: map the ring ourselves and register it. */
+static int buf_ring_setup(struct uring *u, uint32_t count, uint32_t size)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	u->nbufs = count;
+	u->buf_size = size;
+	u->mask = (uint32_t)io_uring_buf_ring_mask(count);
+	u->br_bytes = ((count * sizeof(struct io_uring_buf)) + (size_t)page - 1) & ~((size_t)page - 1);
+	if (posix_memalign((void **)&u->br, (size_t)page, u->br_bytes) != 0)
+		return -ENOMEM;
+	if (posix_memalign((void **)&u->bufs, (size_t)page, (size_t)count * size) != 0)
+		return -ENOMEM;
+	u->segs = calloc(count, sizeof(*u->segs));
+	if (!u->segs)
+		return -ENOMEM;
+	memset(u->br, 0, u->br_bytes);
+	io_uring_buf_ring_init(u->br);
+	struct io_uring_buf_reg reg = {
+		.ring_addr = (unsigned long)u->br,
+		.ring_entries = count,
+		.bgid = BGID,
+	};
+	int rc = io_uring_register_buf_ring(&u->ring, &reg, 0);
+	if (rc != 0) {
+		fprintf(stderr, "perch: io_uring refused the provided-buffer ring: %s\n", refusal_cause(rc));
+		return rc;
+	}
+	for (uint32_t bid = 0; bid < count; bid++)
+		buf_add(u, bid, (int)bid);
+	/* Publishes the entries to the kernel (a release store of the tail). */
+	io_uring_buf_ring_advance(u->br, (int)count);
+	return 0;
+}
+
+static void arm_wake(struct perch_loop *loop)
+{
+	struct uring *u = st_of(loop);
+	struct io_uring_sqe *sqe = sqe_get(u);
+	io_uring_prep_read(sqe, loop->wake_fd, &u->wake_val, sizeof(u->wake_val), 0);
+	io_uring_sqe_set_data64(sqe, (uint64_t)OP_WAKE << 56);
+}
+
+static void uring_destroy(struct perch_loop *loop)
+{
+	struct uring *u = st_of(loop);
+	if (!u)
+		return;
+	/* Exiting the ring cancels what is left; the buffers go after it. */
+	io_uring_queue_exit(&u->ring);
+	free(u->br);
+	free(u->bufs);
+	free(u->segs);
+	free(u);
+	loop->be_state = NULL;
+}
+
+static int uring_init(struct perch_loop *loop, const struct perch_loop_opts *opts)
+{
+	struct uring *u = calloc(1, sizeof(*u));
+	if (!u)
+		return -ENOMEM;
+	int rc = ring_setup(u, opts->sq_entries);
+	if (rc != 0) {
+		free(u);
+		return rc;
+	}
+	loop->be_state = u;
+	rc = buf_ring_setup(u, opts->buf_count, opts->buf_size);
+	if (rc != 0) {
+		uring_destroy(loop);
+		return rc;
+	}
+	arm_wake(loop);
+	return 0;
+}
+
+/* ================= buffers and the ENOBUFS park list ================= */
+
+static void park(struct uring *u, struct perch__sock *s)
+{
+	s->bk_flags |= F_PARKED;
+	s->bk_next = NULL;
+	if (u->park_tail)
+		u->park_tail->bk_next = s;
+	else
+		u->park_head = s;
+	u->park_tail = s;
+}
+
+static void unpark(struct uring *u, struct perch__sock *s)
+{
+	struct perch__sock **pp = &u->park_head, *prev = NULL;
+	while (*pp && *pp != s) {
+		prev = *pp;
+		pp = &(*pp)->bk_next;
+	}
+	if (!*pp)
+		return;
+	*pp = s->bk_next;
+	if (u->park_tail == s)
+		u->park_tail = prev;
+	s->bk_flags &= ~F_PARKED;
+	s->bk_next = NULL;
+}
+
+static void uring_recv_arm(struct perch__sock *s);
+
+/*
+ * Buffers came back: re-arm parked connections, first parked first, no
+ * more of them than there are buffers in the ring (each can take at least
+ * one). One that loses the race for them parks again at the tail, so no
+ * connection starves and nothing spins.
+ */
+static void serve_parked(struct uring *u)
+{
+	uint32_t budget = u->ring_free;
+	while (budget > 0 && u->park_head) {
+		struct perch__sock *s = u->park_head;
+		unpark(u, s);
+		if (perch__loop_recv_wanted(s)) {
+			uring_recv_arm(s);
+			budget--;
+		}
+	}
+}
+
+static void uring_buf_release(struct perch_loop *loop, struct perch__rxseg *rs)
+{
+	struct uring *u = st_of(loop);
+	buf_add(u, rs->seg.buf_id, 0);
+	io_uring_buf_ring_advance(u->br, 1);
+	serve_parked(u);
+}
+
+static void buf_return(struct uring *u, uint32_t bid)
+{
+	buf_add(u, bid, 0);
+	io_uring_buf_ring_advance(u->br, 1);
+}
+
+/* ================= socket operations ================= */
+
+static void uring_recv_arm(struct perch__sock *s)
+{
+	if (s->closing || (s->bk_flags & (F_RECV | F_PARKED)))
+		return; /* in flight already: its last completion re-arms if still wanted */
+	struct uring *u = st_of(s->loop);
+	struct io_uring_sqe *sqe = sqe_get(u);
+	if (s->opts.recv_mode == PERCH_RECV_SINGLESHOT) {
+		io_uring_prep_recv(sqe, s->fd, NULL, 0, 0);
+		s->bk_flags |= F_RECV;
+	} else {
+		io_uring_prep_recv_multishot(sqe, s->fd, NULL, 0, 0);
+		s->bk_flags |= F_RECV | F_RECV_MS;
+	}
+	sqe->flags |= IOSQE_BUFFER_SELECT;
+	sqe->buf_group = BGID;
+	io_uring_sqe_set_data64(sqe, UD(OP_RECV, s));
+	s->bk_inflight++;
+}
+
+static void uring_recv_pause(struct perch__sock *s)
+{
+	struct uring *u = st_of(s->loop);
+	/* Single-shot: simply not re-armed. Multishot: cancel it; CQEs already on the way are kept. */
+	if ((s->bk_flags & (F_RECV | F_RECV_MS | F_RECV_CANCEL)) != (F_RECV | F_RECV_MS))
+		return;
+	struct io_uring_sqe *sqe = sqe_get(u);
+	io_uring_prep_cancel64(sqe, UD(OP_RECV, s), 0);
+	io_uring_sqe_set_data64(sqe, UD(OP_PAUSE_CANCEL, s));
+	s->bk_flags |= F_RECV_CANCEL;
+	s->bk_inflight++;
+}
+
+static void uring_send(struct perch__sock *s)
+{
+	struct uring *u = st_of(s->loop);
+	int n = perch__loop_tx_iov(s, s->bk_iov, PERCH__TX_IOV);
+	memset(&s->bk_msg, 0, sizeof(s->bk_msg));
+	s->bk_msg.msg_iov = s->bk_iov;
+	s->bk_msg.msg_iovlen = (size_t)n;
+	struct io_uring_sqe *sqe = sqe_get(u);
+	io_uring_prep_sendmsg(sqe, s->fd, &s->bk_msg, MSG_NOSIGNAL);
+	io_uring_sqe_set_data64(sqe, UD(OP_SEND, s));
+	s->bk_inflight++;
+}
+
+static void uring_accept(struct perch__sock *s)
+{
+	struct uring *u = st_of(s->loop);
+	struct io_uring_sqe *sqe = sqe_get(u);
+	io_uring_prep_multishot_accept(sqe, s->fd, NULL, NULL, SOCK_CLOEXEC);
+	io_uring_sqe_set_data64(sqe, UD(OP_ACCEPT, s));
+	s->bk_inflight++;
+}
+
+static void uring_connect(struct perch__sock *s)
+{
+	struct uring *u = st_of(s->loop);
+	struct io_uring_sqe *sqe = sqe_get(u);
+	io_uring_prep_connect(sqe, s->fd, (struct sockaddr *)&s->peer, s->peer_len);
+	io_uring_sqe_set_data64(sqe, UD(OP_CONNECT, s));
+	s->bk_inflight++;
+}
+
+/*
+ * One cancel for everything on the fd. Its own completion is counted, so
+ * the socket is finalized from a completion, never inline here (callers
+ * may still be using it).
+ */
+static void uring_close(struct perch__sock *s)
+{
+	struct uring *u = st_of(s->loop);
+	if (s->bk_flags & F_PARKED)
+		unpark(u, s);
+	struct io_uring_sqe *sqe = sqe_get(u);
+	io_uring_prep_cancel_fd(sqe, s->fd, IORING_ASYNC_CANCEL_ALL);
+	io_uring_sqe_set_data64(sqe, UD(OP_CLOSE_CANCEL, s));
+	s->bk_inflight++;
+}
+
+/* ================= completions ================= */
+
+static void on_recv(struct uring *u, struct perch__sock *s, int res, uint32_t flags, bool last)
+{
+	if (last)
+		s->bk_flags &= ~(F_RECV | F_RECV_MS | F_RECV_CANCEL);
+	if (flags & IORING_CQE_F_BUFFER) {
+		uint32_t bid = flags >> IORING_CQE_BUFFER_SHIFT;
+		u->ring_free--;
+		if (res > 0) {
+			struct perch__rxseg *rs = &u->segs[bid];
+			rs->seg.next = NULL;
+			rs->seg.data = u->bufs + (size_t)bid * u->buf_size;
+			rs->seg.len = (uint32_t)res;
+			rs->seg.buf_id = bid;
+			rs->seg.owner = s->loop;
+			perch__loop_received(s, rs);
+		} else {
+			buf_return(u, bid); /* an error or EOF that still took a buffer */
+		}
+	}
+	if (res == 0)
+		perch__loop_recv_ended(s, 0);
+	else if (res == -ENOBUFS) {
+		if (!s->closing && !(s->bk_flags & F_PARKED)) {
+			park(u, s);
+			s->loop->stats.enobufs_parks++;
+		}
+		return;
+	} else if (res < 0 && res != -ECANCELED && res != -EINTR)
+		perch__loop_recv_ended(s, res);
+	/* Any CQE without F_MORE ended the recv: re-arm unless paused, ended or closing. */
+	if (last && perch__loop_recv_wanted(s))
+		uring_recv_arm(s);
+}
+
+static void on_accept(struct perch__sock *s, int res, bool last)
+{
+	if (res != -ECANCELED)
+		perch__loop_accepted(s, res);
+	if (last && !s->closing)
+		uring_accept(s);
+}
+
+static void dispatch(struct perch_loop *loop, uint64_t ud, int res, uint32_t flags)
+{
+	struct uring *u = st_of(loop);
+	unsigned op = UD_OP(ud);
+	if (op == OP_WAKE) {
+		arm_wake(loop);
+		perch__loop_woken(loop);
+		return;
+	}
+	struct perch__sock *s = perch__loop_sock(loop, UD_SLOT(ud), UD_GEN(ud));
+	if (!s) {
+		/* A completion for a socket that has left: its buffer still goes back. */
+		if (flags & IORING_CQE_F_BUFFER) {
+			u->ring_free--;
+			buf_return(u, flags >> IORING_CQE_BUFFER_SHIFT);
+		}
+		return;
+	}
+	bool last = !(flags & IORING_CQE_F_MORE);
+	if (last)
+		s->bk_inflight--;
+	switch (op) {
+	case OP_RECV:
+		on_recv(u, s, res, flags, last);
+		break;
+	case OP_SEND:
+		perch__loop_sent(s, res);
+		break;
+	case OP_ACCEPT:
+		on_accept(s, res, last);
+		break;
+	case OP_CONNECT:
+		perch__loop_connected(s, res);
+		break;
+	default: /* the cancels: their targets report for themselves */
+		break;
+	}
+	/* Last: the socket is freed here once closing and nothing is in flight. */
+	if (s->closing && s->bk_inflight == 0) {
+		close(s->fd);
+		perch__loop_sock_closed(s);
+	}
+}
+
+static int enable_ring(struct uring *u)
+{
+	/* liburing 2.3 declares io_uring_enable_rings but does not export it. */
+	int rc = (int)syscall(__NR_io_uring_register, u->ring.ring_fd, IORING_REGISTER_ENABLE_RINGS,
+			      NULL, 0);
+	if (rc < 0)
+		return -errno;
+	u->needs_enable = false;
+	return 0;
+}
+
+static int uring_poll(struct perch_loop *loop, int timeout_ms)
+{
+	struct uring *u = st_of(loop);
+	int rc;
+	if (u->needs_enable && (rc = enable_ring(u)) != 0)
+		return rc;
+	struct io_uring_cqe *cqe;
+	if (timeout_ms < 0) {
+		rc = io_uring_submit_and_wait(&u->ring, 1);
+	} else if (timeout_ms == 0) {
+		rc = io_uring_submit_and_get_events(&u->ring);
+	} else {
+		struct __kernel_timespec ts = { .tv_sec = timeout_ms / 1000,
+						.tv_nsec = (long long)(timeout_ms % 1000) * 1000000 };
+		rc = io_uring_submit_and_wait_timeout(&u->ring, &cqe, 1, &ts, NULL);
+	}
+	if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+		return rc;
+	/* Copy out, then advance, then dispatch: handlers submit, which may post more CQEs. */
+	int seen = 0;
+	for (int batch = 0; batch < MAX_BATCHES; batch++) {
+		struct io_uring_cqe *cqes[CQE_BATCH];
+		struct { uint64_t ud; int res; uint32_t flags; } got[CQE_BATCH];
+		unsigned n = io_uring_peek_batch_cqe(&u->ring, cqes, CQE_BATCH);
+		if (n == 0)
+			break;
+		for (unsigned i = 0; i < n; i++) {
+			got[i].ud = cqes[i]->user_data;
+			got[i].res = cqes[i]->res;
+			got[i].flags = cqes[i]->flags;
+		}
+		io_uring_cq_advance(&u->ring, n);
+		for (unsigned i = 0; i < n; i++)
+			dispatch(loop, got[i].ud, got[i].res, got[i].flags);
+		seen += (int)n;
+		if (n < CQE_BATCH)
+			break;
+	}
+	return seen;
+}
+
+const struct perch__backend perch__uring_backend = {
+	.name = "io_uring",
+	.init = uring_init,
+	.destroy = uring_destroy,
+	.poll = uring_poll,
+	.accept = uring_accept,
+	.connect = uring_connect,
+	.recv_arm = uring_recv_arm,
+	.recv_pause = uring_recv_pause,
+	.send = uring_send,
+	.close = uring_close,
+	.buf_release = uring_buf_release,
+};

@@ -1,0 +1,591 @@
+/* tests/test_loop.c: the loop and io_uring backend on loopback TCP, one behaviour per test. */
+#include "config.h"
+
+#include "cmocka_prelude.h"
+
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <netinet/tcp.h>
+#include <stddef.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <linux/sockios.h>
+
+#include "loop_util.h"
+
+/* ---- helpers ---- */
+
+struct server {
+	struct lu_loop l;
+	struct perch_listener *ls;
+	struct lu_echo_stats stats;
+	int port;
+};
+
+static void server_start(struct server *s, const struct perch_loop_opts *lopts,
+			 const struct perch_conn_opts *copts, const char *host)
+{
+	memset(s, 0, sizeof(*s));
+	assert_int_equal(lu_start(&s->l, lopts), 0);
+	assert_int_equal(perch_listen(s->l.loop, host, 0, copts, lu_echo_accept, &s->stats, &s->ls), 0);
+	s->port = perch_listener_port(s->ls);
+	assert_true(s->port > 0);
+}
+
+/* Waits until `*counter` reaches `want` (bounded). */
+static bool wait_u32(uint32_t *counter, uint32_t want)
+{
+	for (int i = 0; i < LU_TIMEOUT_MS; i++) {
+		if (perch__load_u32(counter) >= want)
+			return true;
+		usleep(1000);
+	}
+	return false;
+}
+
+static void echo_roundtrip(struct server *s, const char *host, const struct perch_conn_opts *copts)
+{
+	enum { N = 256 * 1024, CHUNK = 10000 };
+	struct perch_conn *c = lu_connect(&s->l, host, s->port, copts);
+	assert_non_null(c);
+	uint8_t *out = malloc(N), *in = malloc(N);
+	lu_fill(out, N);
+	/* Writes and flushes from this thread, in chunks, each flush awaited. */
+	for (size_t off = 0; off < N; off += CHUNK) {
+		size_t n = N - off < CHUNK ? N - off : CHUNK;
+		assert_int_equal(perch_conn_write(c, out + off, n), 0);
+		assert_int_equal(lu_flush(c), 0);
+	}
+	struct lu_end e = lu_read(c, in, N);
+	assert_false(e.timed_out);
+	assert_int_equal(e.got, N);
+	assert_memory_equal(in, out, N);
+	perch_conn_release(c);
+	assert_true(wait_u32(&s->stats.ended, 1));
+	free(out);
+	free(in);
+}
+
+/* ---- tests ---- */
+
+static void echo_reads_and_flushes_on_the_loop_thread_and_from_a_second_thread(void **state)
+{
+	struct server s;
+	server_start(&s, NULL, NULL, "127.0.0.1");
+	echo_roundtrip(&s, "127.0.0.1", NULL);
+	assert_int_equal(s.stats.bytes, 256 * 1024);
+	assert_int_equal(lu_stop(&s.l), 0);
+}
+
+static void echo_with_singleshot_recv(void **state)
+{
+	struct perch_conn_opts single = { .recv_mode = PERCH_RECV_SINGLESHOT };
+	struct server s;
+	server_start(&s, NULL, &single, "127.0.0.1");
+	echo_roundtrip(&s, "127.0.0.1", &single);
+	assert_int_equal(lu_stop(&s.l), 0);
+}
+
+static void echo_over_ipv6(void **state)
+{
+	struct server s;
+	memset(&s, 0, sizeof(s));
+	assert_int_equal(lu_start(&s.l, NULL), 0);
+	int rc = perch_listen(s.l.loop, "::1", 0, NULL, lu_echo_accept, &s.stats, &s.ls);
+	if (rc == -EADDRNOTAVAIL || rc == -EAFNOSUPPORT) {
+		/* No IPv6 loopback here: nothing to prove (automake's TAP driver has no skip). */
+		lu_stop(&s.l);
+		return;
+	}
+	assert_int_equal(rc, 0);
+	s.port = perch_listener_port(s.ls);
+	echo_roundtrip(&s, "::1", NULL);
+	assert_int_equal(lu_stop(&s.l), 0);
+}
+
+struct churn {
+	uint32_t connected;
+	uint32_t failed;
+	sem_t batch;
+};
+
+static void churn_connected(struct perch_loop *loop, struct perch_conn *c, int result, void *arg)
+{
+	struct churn *k = arg;
+	if (result == 0) {
+		k->connected++;
+		perch_conn_release(c); /* open, then closed at once */
+	} else {
+		k->failed++;
+	}
+	sem_post(&k->batch);
+}
+
+struct live_probe {
+	struct perch_loop *loop;
+	uint32_t live;
+};
+
+static void read_live(void *p)
+{
+	struct live_probe *lp = p;
+	lp->live = lp->loop->live;
+}
+
+static void ten_thousand_connections_open_and_close_without_leaking_fds(void **state)
+{
+	enum { TOTAL = 10000, BATCH = 100 };
+	struct server s;
+	int fds_before = lu_count_fds();
+	server_start(&s, NULL, NULL, "127.0.0.1");
+	struct churn k = { 0 };
+	sem_init(&k.batch, 0, 0);
+	for (int done = 0; done < TOTAL; done += BATCH) {
+		for (int i = 0; i < BATCH; i++)
+			assert_int_equal(perch_connect(s.l.loop, "127.0.0.1", s.port, NULL, churn_connected, &k), 0);
+		for (int i = 0; i < BATCH; i++)
+			assert_int_equal(lu_sem_wait(&k.batch, LU_TIMEOUT_MS), 0);
+	}
+	assert_int_equal(k.connected, TOTAL);
+	assert_int_equal(k.failed, 0);
+	/* Every server side sees the FIN and ends; then only the listener is left on the loop. */
+	assert_true(wait_u32(&s.stats.ended, TOTAL));
+	struct live_probe lp = { s.l.loop, 0 };
+	for (int i = 0; i < 1000; i++) {
+		lu_on_loop(&s.l, read_live, &lp);
+		if (lp.live == 1)
+			break;
+		usleep(1000);
+	}
+	assert_int_equal(lp.live, 1);
+	assert_int_equal(lu_stop(&s.l), 0);
+	sem_destroy(&k.batch);
+	assert_int_equal(lu_count_fds(), fds_before);
+}
+
+/* A plain-socket writer on its own thread. */
+struct writer {
+	int fd;
+	const uint8_t *data;
+	size_t len;
+	uint64_t written;
+	int how;                   /* 0: FIN (shutdown), 1: RST after the peer took every byte */
+	pthread_t th;
+};
+
+static void *writer_main(void *p)
+{
+	struct writer *w = p;
+	size_t off = 0;
+	while (off < w->len) {
+		size_t n = w->len - off < 65536 ? w->len - off : 65536;
+		if (!lu_write_all(w->fd, w->data + off, n))
+			break;
+		off += n;
+		perch__store_u64(&w->written, off);
+	}
+	if (w->how == 0) {
+		shutdown(w->fd, SHUT_WR);
+		return NULL;
+	}
+	/* Wait until the peer's kernel acknowledged every byte, then reset. */
+	for (int i = 0; i < LU_TIMEOUT_MS; i++) {
+		int outq = 0;
+		ioctl(w->fd, SIOCOUTQ, &outq);
+		if (outq == 0)
+			break;
+		usleep(1000);
+	}
+	struct linger lg = { 1, 0 };
+	setsockopt(w->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	close(w->fd);
+	w->fd = -1;
+	return NULL;
+}
+
+/* A listener that hands its one accepted conn to the test thread. */
+struct catcher {
+	struct perch_conn *c;
+	sem_t got;
+};
+
+static void catch_accept(struct perch_listener *ls, struct perch_conn *c, void *arg)
+{
+	struct catcher *k = arg;
+	k->c = c;
+	sem_post(&k->got);
+}
+
+/*
+ * One stream under test: a loop whose listener hands its one accepted conn
+ * to the test thread, a plain client socket writing `n` pattern bytes from
+ * its own thread (started by stream_write), and a buffer to read them into.
+ */
+struct stream {
+	struct lu_loop l;
+	struct catcher k;
+	struct writer w;
+	uint8_t *out, *in;
+	size_t n;
+	bool writing;
+};
+
+static void stream_open(struct stream *st, size_t n, const struct perch_conn_opts *copts, int how)
+{
+	struct perch_listener *ls;
+	memset(st, 0, sizeof(*st));
+	st->n = n;
+	st->out = malloc(n);
+	st->in = malloc(n);
+	lu_fill(st->out, n);
+	sem_init(&st->k.got, 0, 0);
+	assert_int_equal(lu_start(&st->l, NULL), 0);
+	assert_int_equal(perch_listen(st->l.loop, "127.0.0.1", 0, copts, catch_accept, &st->k, &ls), 0);
+	st->w = (struct writer){ .fd = lu_plain_connect(perch_listener_port(ls)), .data = st->out,
+				 .len = n, .how = how };
+	assert_true(st->w.fd >= 0);
+	assert_int_equal(lu_sem_wait(&st->k.got, LU_TIMEOUT_MS), 0);
+}
+
+static void stream_write(struct stream *st)
+{
+	pthread_create(&st->w.th, NULL, writer_main, &st->w);
+	st->writing = true;
+}
+
+static void stream_join(struct stream *st)
+{
+	if (st->writing)
+		pthread_join(st->w.th, NULL);
+	st->writing = false;
+}
+
+/* Reads to the end; every byte must have come, in order. */
+static struct lu_end stream_read_all(struct stream *st)
+{
+	struct lu_end e = lu_read_to_end(st->k.c, st->in, st->n);
+	stream_join(st);
+	assert_false(e.timed_out);
+	assert_int_equal(e.got, st->n);
+	assert_memory_equal(st->in, st->out, st->n);
+	return e;
+}
+
+static void stream_close(struct stream *st)
+{
+	perch_conn_release(st->k.c);
+	if (st->w.fd >= 0)
+		close(st->w.fd);
+	assert_int_equal(lu_stop(&st->l), 0);
+	sem_destroy(&st->k.got);
+	free(st->out);
+	free(st->in);
+}
+
+static void burst_of_2mib_then_fin_is_read_completely_before_eof(void **state)
+{
+	struct stream st;
+	stream_open(&st, 2 * 1024 * 1024, NULL, 0);
+	stream_write(&st);
+	struct lu_end e = stream_read_all(&st);
+	assert_true(e.completed);
+	assert_int_equal(e.error, 0);
+	stream_close(&st);
+}
+
+static void write_of_1mib_then_rst_surfaces_the_error_after_the_delivered_bytes(void **state)
+{
+	/* No pause before the RST: every byte sits in the conn when the error lands. */
+	struct perch_conn_opts big = { .pause_bytes = 4 * 1024 * 1024 };
+	struct stream st;
+	stream_open(&st, 1024 * 1024, &big, 1);
+	/* Nothing is read until the writer has reset the connection. */
+	stream_write(&st);
+	stream_join(&st);
+	usleep(50 * 1000);
+	struct lu_end e = stream_read_all(&st);
+	assert_false(e.completed);
+	assert_int_equal(e.error, -ECONNRESET);
+	stream_close(&st);
+}
+
+struct rx_probe {
+	struct perch_conn *c;
+	uint64_t unconsumed;
+	bool paused;
+	uint64_t pauses;
+};
+
+static void read_rx_state(void *p)
+{
+	struct rx_probe *rp = p;
+	struct perch__sock *s = rp->c->transport;
+	rp->unconsumed = s->unconsumed;
+	rp->paused = s->rx_paused;
+	rp->pauses = s->loop->stats.recv_pauses;
+}
+
+static void stalled_reader_pauses_recv_and_resuming_delivers_everything_in_order(enum perch_recv_mode mode)
+{
+	enum { N = 32 * 1024 * 1024, PAUSE = 64 * 1024 };
+	struct perch_conn_opts bp = { .recv_mode = mode, .pause_bytes = PAUSE, .resume_bytes = PAUSE / 4 };
+	struct stream st;
+	stream_open(&st, N, &bp, 0);
+	stream_write(&st);
+	/* The reader stalls: recv pauses, the kernel buffers fill, the writer blocks. */
+	usleep(300 * 1000);
+	uint64_t written = perch__load_u64(&st.w.written);
+	usleep(200 * 1000);
+	struct rx_probe rp = { .c = st.k.c };
+	assert_int_equal(lu_on_loop(&st.l, read_rx_state, &rp), 0);
+	assert_true(rp.paused);
+	assert_true(rp.pauses >= 1);
+	/* Bounded: the threshold plus what the kernel completed before the pause landed. */
+	assert_true(rp.unconsumed >= PAUSE);
+	assert_true(rp.unconsumed <= PAUSE + 1024 * 1024);
+	assert_true(written < N);
+	assert_int_equal(perch__load_u64(&st.w.written), written); /* the writer is blocked */
+	/* Resume: everything arrives, in order, then EOF. */
+	struct lu_end e = stream_read_all(&st);
+	assert_true(e.completed);
+	stream_close(&st);
+}
+
+static void stalled_reader_pauses_multishot_recv_and_resuming_delivers_everything_in_order(void **state)
+{
+	stalled_reader_pauses_recv_and_resuming_delivers_everything_in_order(PERCH_RECV_MULTISHOT);
+}
+
+static void stalled_reader_pauses_singleshot_recv_and_resuming_delivers_everything_in_order(void **state)
+{
+	stalled_reader_pauses_recv_and_resuming_delivers_everything_in_order(PERCH_RECV_SINGLESHOT);
+}
+
+/* One plain client per thread: write, read the echo back, compare. */
+struct echo_client {
+	int port;
+	size_t len;
+	bool ok;
+	pthread_t th;
+};
+
+static void *echo_client_main(void *p)
+{
+	struct echo_client *ec = p;
+	uint8_t *out = malloc(ec->len), *in = malloc(ec->len);
+	lu_fill(out, ec->len);
+	int fd = lu_plain_connect(ec->port);
+	struct timeval tv = { LU_TIMEOUT_MS / 1000, 0 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	ec->ok = fd >= 0 && lu_write_all(fd, out, ec->len) && lu_read_all(fd, in, ec->len) &&
+		 memcmp(in, out, ec->len) == 0;
+	if (fd >= 0)
+		close(fd);
+	free(out);
+	free(in);
+	return NULL;
+}
+
+static void exhausted_buffer_ring_still_serves_every_connection(void **state)
+{
+	enum { CONNS = 32, LEN = 64 * 1024 };
+	/* Eight 4 KiB buffers for 32 connections moving 64 KiB each. */
+	struct perch_loop_opts small = { .buf_count = 8, .buf_size = 4096 };
+	struct server s;
+	server_start(&s, &small, NULL, "127.0.0.1");
+	struct echo_client ec[CONNS];
+	for (int i = 0; i < CONNS; i++) {
+		ec[i] = (struct echo_client){ .port = s.port, .len = LEN };
+		pthread_create(&ec[i].th, NULL, echo_client_main, &ec[i]);
+	}
+	for (int i = 0; i < CONNS; i++) {
+		pthread_join(ec[i].th, NULL);
+		assert_true(ec[i].ok);
+	}
+	assert_true(wait_u32(&s.stats.ended, CONNS));
+	assert_int_equal(s.stats.bytes, (uint64_t)CONNS * LEN);
+	struct live_probe lp = { s.l.loop, 0 };
+	lu_on_loop(&s.l, read_live, &lp);
+	uint64_t parks = s.l.loop->stats.enobufs_parks;
+	assert_int_equal(lu_stop(&s.l), 0);
+	print_message("ENOBUFS parks: %llu\n", (unsigned long long)parks);
+	assert_true(parks > 0);
+}
+
+struct order {
+	uint32_t next[2];
+	uint32_t wrong;
+	uint32_t ran;
+};
+
+struct order_item {
+	struct order *o;
+	uint32_t who, seq;
+};
+
+static void order_run(void *p)
+{
+	struct order_item *it = p;
+	if (it->o->next[it->who] != it->seq)
+		it->o->wrong++;
+	it->o->next[it->who] = it->seq + 1;
+	it->o->ran++;
+}
+
+struct poster {
+	struct perch_loop *loop;
+	struct order_item items[5000];
+	pthread_t th;
+};
+
+static void *poster_main(void *p)
+{
+	struct poster *ps = p;
+	for (int i = 0; i < 5000; i++)
+		perch_loop_post(ps->loop, order_run, &ps->items[i]);
+	return NULL;
+}
+
+static void posts_from_two_threads_run_once_each_in_posting_order(void **state)
+{
+	struct lu_loop l;
+	struct order o = { 0 };
+	static struct poster ps[2];
+	assert_int_equal(lu_start(&l, NULL), 0);
+	for (uint32_t t = 0; t < 2; t++) {
+		ps[t].loop = l.loop;
+		for (uint32_t i = 0; i < 5000; i++)
+			ps[t].items[i] = (struct order_item){ &o, t, i };
+		pthread_create(&ps[t].th, NULL, poster_main, &ps[t]);
+	}
+	pthread_join(ps[0].th, NULL);
+	pthread_join(ps[1].th, NULL);
+	struct live_probe lp = { l.loop, 0 };
+	lu_on_loop(&l, read_live, &lp); /* after every post above */
+	assert_int_equal(o.ran, 10000);
+	assert_int_equal(o.wrong, 0);
+	assert_int_equal(lu_stop(&l), 0);
+}
+
+static void connect_to_a_closed_port_reports_the_error_once(void **state)
+{
+	struct lu_loop l;
+	assert_int_equal(lu_start(&l, NULL), 0);
+	/* A port bound and closed again: nothing listens there. */
+	struct perch_listener *ls;
+	assert_int_equal(perch_listen(l.loop, "127.0.0.1", 0, NULL, lu_echo_accept, NULL, &ls), 0);
+	int port = perch_listener_port(ls);
+	assert_int_equal(perch_listener_close(ls), 0);
+	usleep(20 * 1000);
+	struct lu_connect k = { .c = NULL };
+	sem_init(&k.done, 0, 0);
+	assert_int_equal(perch_connect(l.loop, "127.0.0.1", port, NULL, lu_connected, &k), 0);
+	assert_int_equal(lu_sem_wait(&k.done, LU_TIMEOUT_MS), 0);
+	assert_null(k.c);
+	assert_int_equal(k.result, -ECONNREFUSED);
+	assert_int_equal(lu_stop(&l), 0);
+	sem_destroy(&k.done);
+}
+
+static void noop_accept(struct perch_listener *l, struct perch_conn *c, void *arg) {}
+static void noop_connected(struct perch_loop *loop, struct perch_conn *c, int r, void *arg) {}
+static void noop_fn(void *arg) {}
+
+static void bad_arguments_return_einval(void **state)
+{
+	struct perch_loop *loop;
+	struct perch_listener *ls;
+	assert_int_equal(perch_loop_new(NULL, NULL), -EINVAL);
+	struct perch_loop_opts not_pow2 = { .buf_count = 3 };
+	assert_int_equal(perch_loop_new(&not_pow2, &loop), -EINVAL);
+	struct perch_loop_opts huge_buf = { .buf_size = 2u << 20 };
+	assert_int_equal(perch_loop_new(&huge_buf, &loop), -EINVAL);
+	assert_int_equal(perch_loop_run(NULL), -EINVAL);
+	assert_int_equal(perch_loop_run_once(NULL, 0), -EINVAL);
+	assert_int_equal(perch_loop_stop(NULL), -EINVAL);
+	assert_int_equal(perch_loop_post(NULL, noop_fn, NULL), -EINVAL);
+	perch_loop_free(NULL);
+	assert_int_equal(perch_listener_port(NULL), -EINVAL);
+	assert_int_equal(perch_listener_close(NULL), -EINVAL);
+
+	assert_int_equal(perch_loop_new(NULL, &loop), 0);
+	assert_int_equal(perch_loop_post(loop, NULL, NULL), -EINVAL);
+	assert_int_equal(perch_listen(loop, NULL, 0, NULL, noop_accept, NULL, &ls), -EINVAL);
+	assert_int_equal(perch_listen(loop, "localhost", 0, NULL, noop_accept, NULL, &ls), -EINVAL);
+	assert_int_equal(perch_listen(loop, "127.0.0.1", 65536, NULL, noop_accept, NULL, &ls), -EINVAL);
+	assert_int_equal(perch_listen(loop, "127.0.0.1", -1, NULL, noop_accept, NULL, &ls), -EINVAL);
+	assert_int_equal(perch_listen(loop, "127.0.0.1", 0, NULL, NULL, NULL, &ls), -EINVAL);
+	assert_int_equal(perch_listen(loop, "127.0.0.1", 0, NULL, noop_accept, NULL, NULL), -EINVAL);
+	struct perch_conn_opts inverted = { .pause_bytes = 1000, .resume_bytes = 1000 };
+	assert_int_equal(perch_listen(loop, "127.0.0.1", 0, &inverted, noop_accept, NULL, &ls), -EINVAL);
+	struct perch_conn_opts bad_mode = { .recv_mode = 7 };
+	assert_int_equal(perch_connect(loop, "127.0.0.1", 80, &bad_mode, noop_connected, NULL), -EINVAL);
+	assert_int_equal(perch_connect(NULL, "127.0.0.1", 80, NULL, noop_connected, NULL), -EINVAL);
+	assert_int_equal(perch_connect(loop, "127.0.0.1", 0, NULL, noop_connected, NULL), -EINVAL);
+	assert_int_equal(perch_connect(loop, "::1", 80, NULL, NULL, NULL), -EINVAL);
+	assert_int_equal(perch_connect(loop, "not-an-address", 80, NULL, noop_connected, NULL), -EINVAL);
+	perch_loop_free(loop);
+}
+
+/* In a child: io_uring_setup fails with EPERM (seccomp); perch_loop_new reports it, once, by name. */
+static void io_uring_refused_fails_loop_new_with_one_clear_line(void **state)
+{
+	int pipefd[2];
+	assert_int_equal(pipe(pipefd), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(pipefd[1], 2);
+		struct sock_filter f[] = {
+			BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+			BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		};
+		struct sock_fprog prog = { .len = 4, .filter = f };
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+		    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+			_exit(3);
+		struct perch_loop *loop = NULL;
+		int rc = perch_loop_new(NULL, &loop);
+		_exit(rc == -EPERM && loop == NULL ? 0 : 1);
+	}
+	close(pipefd[1]);
+	char buf[512] = { 0 };
+	size_t got = 0;
+	ssize_t r;
+	while (got < sizeof(buf) - 1 && (r = read(pipefd[0], buf + got, sizeof(buf) - 1 - got)) > 0)
+		got += (size_t)r;
+	close(pipefd[0]);
+	int status;
+	waitpid(pid, &status, 0);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_non_null(strstr(buf, "perch: io_uring refused"));
+	assert_non_null(strstr(buf, "not permitted"));
+	/* One line. */
+	assert_non_null(strchr(buf, '\n'));
+	assert_null(strchr(strchr(buf, '\n') + 1, '\n'));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(echo_reads_and_flushes_on_the_loop_thread_and_from_a_second_thread),
+		cmocka_unit_test(echo_with_singleshot_recv),
+		cmocka_unit_test(echo_over_ipv6),
+		cmocka_unit_test(ten_thousand_connections_open_and_close_without_leaking_fds),
+		cmocka_unit_test(burst_of_2mib_then_fin_is_read_completely_before_eof),
+		cmocka_unit_test(write_of_1mib_then_rst_surfaces_the_error_after_the_delivered_bytes),
+		cmocka_unit_test(stalled_reader_pauses_multishot_recv_and_resuming_delivers_everything_in_order),
+		cmocka_unit_test(stalled_reader_pauses_singleshot_recv_and_resuming_delivers_everything_in_order),
+		cmocka_unit_test(exhausted_buffer_ring_still_serves_every_connection),
+		cmocka_unit_test(posts_from_two_threads_run_once_each_in_posting_order),
+		cmocka_unit_test(connect_to_a_closed_port_reports_the_error_once),
+		cmocka_unit_test(bad_arguments_return_einval),
+		cmocka_unit_test(io_uring_refused_fails_loop_new_with_one_clear_line),
+	};
+	return cmocka_run_group_tests_name("loop", tests, NULL, NULL);
+}
