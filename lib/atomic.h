@@ -1,4 +1,4 @@
-/* lib/atomic.h: perch's only door to atomics: ck_pr normally, __atomic builtins under TSan. */
+/* lib/atomic.h: perch's only door to atomics: ck_pr normally, __atomic builtins under TSan and ASan. */
 #ifndef PERCH_LIB_ATOMIC_H
 #define PERCH_LIB_ATOMIC_H
 
@@ -6,10 +6,11 @@
 #include <stdint.h>
 
 /*
- * Why two mappings: ThreadSanitizer cannot see ck_pr's inline assembly, so
- * data handed over by a ck_pr CAS looks racy to it. Under TSan every
- * operation below becomes the equivalent __atomic builtin, which TSan
- * understands; in normal builds ck_pr gives the same orderings.
+ * Why two mappings: the sanitizers cannot see ck_pr's inline assembly.
+ * TSan takes data handed over by a ck_pr CAS for a race, and ASan misses an
+ * atomic touching freed memory. Under either, every operation below becomes
+ * the equivalent __atomic builtin, which they instrument; in normal builds
+ * ck_pr gives the same orderings.
  *
  * Orderings: loads acquire, stores release, read-modify-writes are
  * atomic (seq_cst under TSan). The protocols need three store-load pairs
@@ -27,8 +28,16 @@
 #define PERCH_TSAN 1
 #endif
 #endif
+#if defined(PERCH_TSAN) || defined(__SANITIZE_ADDRESS__)
+#define PERCH_ATOMIC_BUILTINS 1
+#endif
 
-#ifdef PERCH_TSAN
+#if !defined(__x86_64__)
+/* ck's read-modify-writes are full barriers only on x86; elsewhere the protocols need more fences. */
+#error "perch supports x86-64 only for now"
+#endif
+
+#ifdef PERCH_ATOMIC_BUILTINS
 
 #define PERCH__A_LOAD(p)        __atomic_load_n((p), __ATOMIC_SEQ_CST)
 #define PERCH__A_STORE(p, v)    __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
@@ -57,6 +66,8 @@ static inline uint32_t perch__for_u32(uint32_t *p, uint32_t v) { return PERCH__A
 static inline uint64_t perch__load_u64(const uint64_t *p) { return PERCH__A_LOAD(p); }
 static inline void perch__store_u64(uint64_t *p, uint64_t v) { PERCH__A_STORE(p, v); }
 static inline uint64_t perch__faa_u64(uint64_t *p, uint64_t v) { return PERCH__A_FAA(p, v); }
+static inline bool perch__cas_u64(uint64_t *p, uint64_t o, uint64_t n) { return PERCH__A_CAS(p, o, n); }
+static inline uint64_t perch__xchg_u64(uint64_t *p, uint64_t v) { return PERCH__A_XCHG(p, v); }
 
 static inline int64_t perch__load_i64(const int64_t *p) { return PERCH__A_LOAD(p); }
 static inline void perch__store_i64(int64_t *p, int64_t v) { PERCH__A_STORE(p, v); }
@@ -66,11 +77,16 @@ static inline void perch__cpu_relax(void) { __builtin_ia32_pause(); }
 /* Every operation is seq_cst here already. */
 static inline void perch__fence_rmw_then_load(void) {}
 
+#ifdef PERCH_TSAN
 /* Handoffs made through ck structures that TSan cannot see (ck_fifo). */
 void __tsan_acquire(void *addr);
 void __tsan_release(void *addr);
 #define perch__tsan_acquire(a) __tsan_acquire((void *)(a))
 #define perch__tsan_release(a) __tsan_release((void *)(a))
+#else
+#define perch__tsan_acquire(a) ((void)(a))
+#define perch__tsan_release(a) ((void)(a))
+#endif
 
 #else /* ck_pr */
 
@@ -143,6 +159,8 @@ static inline void perch__store_u64(uint64_t *p, uint64_t v)
 	ck_pr_store_64(p, v);
 }
 static inline uint64_t perch__faa_u64(uint64_t *p, uint64_t v) { return ck_pr_faa_64(p, v); }
+static inline bool perch__cas_u64(uint64_t *p, uint64_t o, uint64_t n) { return ck_pr_cas_64(p, o, n); }
+static inline uint64_t perch__xchg_u64(uint64_t *p, uint64_t v) { return ck_pr_fas_64(p, v); }
 
 static inline int64_t perch__load_i64(const int64_t *p)
 {
@@ -165,6 +183,6 @@ static inline void perch__fence_rmw_then_load(void) { ck_pr_fence_atomic_load();
 #define perch__tsan_acquire(a) ((void)(a))
 #define perch__tsan_release(a) ((void)(a))
 
-#endif /* PERCH_TSAN */
+#endif /* PERCH_ATOMIC_BUILTINS */
 
 #endif /* PERCH_LIB_ATOMIC_H */

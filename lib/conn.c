@@ -36,6 +36,8 @@ static void drain_fifo(struct perch_conn *c)
 	while (ck_fifo_spsc_dequeue(&c->rx_fifo, &seg)) {
 		/* Pairs with the release in perch__conn_recv_arrived (ck_fifo is invisible to TSan). */
 		perch__tsan_acquire(&c->rx_fifo);
+		/* The entry just passed may be recycled by the producer from now on. */
+		perch__tsan_release(&c->rd_drained);
 		seg->next = NULL;
 		if (c->rd_tail)
 			c->rd_tail->next = seg;
@@ -44,8 +46,6 @@ static void drain_fifo(struct perch_conn *c)
 		c->rd_tail = seg;
 		c->rd_drained += seg->len;
 	}
-	/* Lets the producer recycle the fifo entries this consumer has passed. */
-	perch__tsan_release(&c->rd_drained);
 }
 
 /* Whether a read can be served now: bytes not yet examined, a final state, or a cancel. */
@@ -96,7 +96,8 @@ static int try_read_or_park(struct perch_conn *c, struct perch_recv_listener *li
 		release_claim(c);
 		return 0;
 	}
-	/* 3. Ready the listener: only here, past every guard, when the read really parks. */
+	/* 3. Ready the listener: only here, past every guard, when the read is about to park. */
+	c->rd_have_result = false;
 	listener->on_parking(listener, c);
 	/* 4. Publish. Pairs with the CAS in wake_reader that takes a published listener back. */
 	if (perch__cas_uptr(&c->read_waiter, PERCH__SLOT_CLAIM, (uintptr_t)listener))
@@ -161,26 +162,27 @@ static void consume_bytes(struct perch_conn *c, uint64_t n)
 
 /* ================= flush engine ================= */
 
-static void drop_staged(struct perch_conn *c)
+static void free_chain(struct perch__txbuf *b)
 {
-	struct perch__txbuf *b = c->staged_head;
 	while (b) {
 		struct perch__txbuf *next = b->next;
 		free(b);
 		b = next;
 	}
-	c->staged_head = c->staged_tail = NULL;
-	c->staged_len = 0;
 }
 
-static void hand_to_backend(struct perch_conn *c)
+/* Takes the whole staged chain from the writer's list. */
+static struct perch__txbuf *take_staged(struct perch_conn *c)
 {
 	struct perch__txbuf *chain = c->staged_head;
 	c->staged_head = c->staged_tail = NULL;
 	c->staged_len = 0;
-	/* The chain's memory lives until perch__conn_send_done; so does the connection. */
-	perch__conn_ref(c);
-	c->ops->send(c, chain);
+	return chain;
+}
+
+static void drop_staged(struct perch_conn *c)
+{
+	free_chain(take_staged(c));
 }
 
 /*
@@ -202,16 +204,22 @@ static void complete_flush(struct perch_conn *c, int result)
 
 /*
  * A close landed after step 3's check but maybe before the arm: whoever
- * disarms delivers. If we do, the caller gets -EPIPE now, unsignalled.
+ * disarms delivers. If we do, the caller gets -EPIPE now, unsignalled; if
+ * the close did, it has signalled -EPIPE and the flush is PERCH_PENDING.
+ * Either way the chain and the send's reference are ours to drop, and the
+ * connection is not touched after that reference goes.
  */
-static int flush_closed_while_arming(struct perch_conn *c)
+static int flush_closed_while_arming(struct perch_conn *c, struct perch__txbuf *chain)
 {
-	drop_staged(c);
-	if (perch__xchg_u32(&c->flush_armed, 0) == 0)
-		return PERCH_PENDING;
-	perch__xchg_ptr(&c->flush_listener, NULL);
-	perch__store_u32(&c->flush_busy, 0);
-	return -EPIPE;
+	int rc = PERCH_PENDING;
+	free_chain(chain);
+	if (perch__xchg_u32(&c->flush_armed, 0) != 0) {
+		perch__xchg_ptr(&c->flush_listener, NULL);
+		perch__store_u32(&c->flush_busy, 0);
+		rc = -EPIPE;
+	}
+	perch__conn_unref(c);
+	return rc;
 }
 
 static int try_flush_or_park(struct perch_conn *c, struct perch_flush_listener *listener)
@@ -230,15 +238,23 @@ static int try_flush_or_park(struct perch_conn *c, struct perch_flush_listener *
 		perch__store_u32(&c->flush_busy, 0);
 		return -EPIPE;
 	}
+	/*
+	 * Before anything is published, take the chain and the send's
+	 * reference: once armed, a close may release the guard and signal, and
+	 * the listener may stage, flush or release the connection at once.
+	 * From the arm on, this call touches only its own chain and reference.
+	 */
+	struct perch__txbuf *chain = take_staged(c);
+	perch__conn_ref(c);
 	/* 4. Ready, store the listener, then the arm that publishes it: an exchange, fenced before the re-check of `closed`. */
 	listener->on_parking(listener, c);
 	perch__store_ptr(&c->flush_listener, listener);
 	perch__xchg_u32(&c->flush_armed, 1);
 	perch__fence_rmw_then_load();
 	if (tx_is_closed(c))
-		return flush_closed_while_arming(c);
-	/* 5. Hand the staged bytes over. */
-	hand_to_backend(c);
+		return flush_closed_while_arming(c, chain);
+	/* 5. Hand the chain over: it lives until perch__conn_send_done, and so does the connection. */
+	c->ops->send(c, chain);
 	return PERCH_PENDING;
 }
 
@@ -270,19 +286,18 @@ void perch__conn_peer_closed(struct perch_conn *c)
 
 void perch__conn_failed(struct perch_conn *c, int err)
 {
+	/* The read's delivery may release the user's reference; the flush's must still find the conn. */
+	perch__conn_ref(c);
 	perch__store_u32((uint32_t *)&c->rx_error, (uint32_t)(err < 0 ? err : -err));
 	perch__for_u32(&c->rx_flags, PERCH__RX_ERROR);
 	wake_reader(c);
 	complete_flush(c, err < 0 ? err : -err);
+	perch__conn_unref(c);
 }
 
 void perch__conn_send_done(struct perch_conn *c, struct perch__txbuf *chain, int result)
 {
-	while (chain) {
-		struct perch__txbuf *next = chain->next;
-		free(chain);
-		chain = next;
-	}
+	free_chain(chain);
 	/* After a close, the close already delivered: this disarms nothing. */
 	complete_flush(c, result);
 	perch__conn_unref(c);
@@ -359,7 +374,7 @@ static void self_read_parking(struct perch_recv_listener *l, struct perch_conn *
 static void self_read_ready(struct perch_recv_listener *l, struct perch_conn *c)
 {
 	(void)l;
-	perch_vtask_complete(&c->read_task, 0);
+	perch_vtask_complete(&c->read_task, c->read_token, 0);
 }
 
 static void self_flush_parking(struct perch_flush_listener *l, struct perch_conn *c)
@@ -371,7 +386,7 @@ static void self_flush_parking(struct perch_flush_listener *l, struct perch_conn
 static void self_flush_done(struct perch_flush_listener *l, struct perch_conn *c, int result)
 {
 	(void)l;
-	perch_vtask_complete(&c->flush_task, result);
+	perch_vtask_complete(&c->flush_task, c->flush_token, result);
 }
 
 /* ================= public calls: one reader, any thread ================= */
@@ -414,9 +429,9 @@ int perch_conn_read(struct perch_conn *c, struct perch_read_result *out,
 	return rc;
 }
 
-int perch_conn_advance(struct perch_conn *c, size_t consumed, size_t examined)
+static int advance_claimed(struct perch_conn *c, size_t consumed, size_t examined)
 {
-	if (!c || !c->rd_have_result || consumed > examined || examined > c->rd_result_len)
+	if (!c->rd_have_result || consumed > examined || examined > c->rd_result_len)
 		return -EINVAL;
 	uint64_t new_examined = c->rd_result_base + examined;
 	if (new_examined < c->rd_examined)
@@ -426,6 +441,18 @@ int perch_conn_advance(struct perch_conn *c, size_t consumed, size_t examined)
 	c->rd_examined = new_examined;
 	c->rd_have_result = false;
 	return 0;
+}
+
+/* Under the claim: the reader-private queue is never touched by two calls, nor while a read is parked. */
+int perch_conn_advance(struct perch_conn *c, size_t consumed, size_t examined)
+{
+	if (!c)
+		return -EINVAL;
+	if (!perch__cas_uptr(&c->read_waiter, PERCH__SLOT_EMPTY, PERCH__SLOT_CLAIM))
+		return -EBUSY;
+	int rc = advance_claimed(c, consumed, examined);
+	release_claim(c);
+	return rc;
 }
 
 int perch_conn_cancel_read(struct perch_conn *c)
@@ -513,10 +540,13 @@ int perch_conn_close(struct perch_conn *c)
 		return -EINVAL;
 	if (perch__for_u32(&c->rx_flags, PERCH__RX_CLOSED) & PERCH__RX_CLOSED)
 		return 0;
+	/* A delivery below may release the user's reference: hold our own until we are done. */
+	perch__conn_ref(c);
 	wake_reader(c);
 	complete_flush(c, -EPIPE);
 	if (c->ops->close)
 		c->ops->close(c);
+	perch__conn_unref(c);
 	return 0;
 }
 

@@ -1,4 +1,4 @@
-/* lib/vtask.c: the versioned value task; one continuation, registered and completed through one word. */
+/* lib/vtask.c: the versioned value task: version, phase and result in one word, one continuation, futex waits. */
 #include "config.h"
 
 #include <errno.h>
@@ -14,96 +14,115 @@
 #include "atomic.h"
 
 /*
- * vt->state is the one word registration and completion race through:
- *   0               nothing yet
- *   a function      a continuation is registered (its argument written first)
- *   VT_COMPLETED    the version completed (its result written first)
- * Function pointers are at least 2-aligned, so the odd mark never collides.
+ * vt->state, the one word every call races through:
+ *
+ *   bits 63..32  result (int32), valid once the phase is COMPLETED
+ *   bits 31..3   version (29 bits; 0 = never readied, skipped on wrap)
+ *   bit  2       a blocking waiter sleeps on the low half (futex)
+ *   bits 1..0    phase: PENDING, REGISTERED (continuation published), COMPLETED
+ *
+ * A completion is one CAS from (version, PENDING|REGISTERED) to (version,
+ * COMPLETED, result): a completion for another version fails it, so it can
+ * neither complete a newer version nor overwrite its result. Nothing is
+ * written after that CAS: the futex wake only names the address, and the
+ * continuation was read before it.
  */
-#define VT_COMPLETED ((uintptr_t)1)
+#define PH_PENDING    0u
+#define PH_REGISTERED 1u
+#define PH_COMPLETED  2u
+#define PH_MASK       3u
+#define WAITER        4u
+#define VER_SHIFT     3
+#define VER_MASK      0x1fffffffu
 
-/* ---- futex operations for ck_ec ---- */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the futex word is the state's low half");
 
-static int vt_gettime(const struct ck_ec_ops *ops, struct timespec *out)
+static uint32_t st_phase(uint64_t s) { return (uint32_t)s & PH_MASK; }
+static uint32_t st_version(uint64_t s) { return ((uint32_t)s >> VER_SHIFT) & VER_MASK; }
+static int32_t st_result(uint64_t s) { return (int32_t)(uint32_t)(s >> 32); }
+
+static uint64_t st_make(uint32_t version, uint32_t low_bits, int32_t result)
 {
-	(void)ops;
-	return clock_gettime(CLOCK_MONOTONIC, out);
+	return (uint64_t)(uint32_t)result << 32 | (uint64_t)(version << VER_SHIFT) | low_bits;
 }
 
-static void vt_wait32(const struct ck_ec_wait_state *ws, const uint32_t *addr,
-		      uint32_t expected, const struct timespec *deadline)
+static uint32_t *futex_word(struct perch_vtask *vt)
 {
-	(void)ws;
-	/* FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC deadline, as ck_ec gives. */
-	syscall(SYS_futex, addr, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected,
-		deadline, NULL, FUTEX_BITSET_MATCH_ANY);
+	return (uint32_t *)&vt->state;
 }
 
-static void vt_wake32(const struct ck_ec_ops *ops, const uint32_t *addr)
+/* Wakes sleepers on the word; reads and writes no memory of the task. */
+static void futex_wake_all(uint32_t *addr)
 {
-	(void)ops;
 	syscall(SYS_futex, addr, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, INT_MAX, NULL, NULL, 0);
 }
 
-static const struct ck_ec_ops vt_ec_ops = {
-	.gettime = vt_gettime,
-	.wait32 = vt_wait32,
-	.wake32 = vt_wake32,
-};
-
-/* Several threads may complete different versions over time: not single-producer. */
-static const struct ck_ec_mode vt_ec_mode = {
-	.ops = &vt_ec_ops,
-	.single_producer = false,
-};
-
-/* ---- engine ---- */
-
-static bool token_is_current(const struct perch_vtask *vt, uint32_t token)
+/* Sleeps while the low half still equals `seen`, until an absolute CLOCK_MONOTONIC deadline. */
+static void futex_wait_until(uint32_t *addr, uint32_t seen, const struct timespec *deadline)
 {
-	return perch__load_u32(&vt->version) == token;
+	syscall(SYS_futex, addr, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, seen, deadline, NULL,
+		FUTEX_BITSET_MATCH_ANY);
+}
+
+/* The state if `token` names its version, else 0 (which never names one). */
+static uint64_t state_of(struct perch_vtask *vt, uint32_t token)
+{
+	uint64_t s = perch__load_u64(&vt->state);
+	return token != 0 && st_version(s) == token ? s : 0;
 }
 
 int perch_vtask_init(struct perch_vtask *vt)
 {
 	if (!vt)
 		return -EINVAL;
-	vt->version = 0;
-	vt->pad_ = 0;
-	vt->state = 0;
+	vt->state = st_make(0, PH_PENDING, 0);
+	vt->cont_fn = NULL;
 	vt->cont_arg = NULL;
-	vt->result = 0;
-	ck_ec32_init(&vt->done_ec, 0);
 	return 0;
 }
 
 uint32_t perch_vtask_ready(struct perch_vtask *vt)
 {
-	/* The owner alone calls this, with nothing left to complete the old version. */
-	perch__xchg_uptr(&vt->state, 0);
-	vt->cont_arg = NULL;
-	return perch__faa_u32(&vt->version, 1) + 1;
+	if (!vt)
+		return 0;
+	/* Only the owner changes the version, so this load and the exchange see the same one. */
+	uint32_t next = (st_version(perch__load_u64(&vt->state)) + 1) & VER_MASK;
+	if (next == 0)
+		next = 1;
+	uint64_t old = perch__xchg_u64(&vt->state, st_make(next, PH_PENDING, 0));
+	if (old & WAITER)
+		futex_wake_all(futex_word(vt)); /* their version is gone: they return -ESTALE */
+	return next;
 }
 
-int perch_vtask_complete(struct perch_vtask *vt, int64_t result)
+int perch_vtask_complete(struct perch_vtask *vt, uint32_t token, int64_t result)
 {
 	if (!vt)
 		return -EINVAL;
-	/* One producer completes a version; a second complete must not clobber the result. */
-	if (perch__load_uptr(&vt->state) == VT_COMPLETED)
-		return -EALREADY;
-	/* The result is stored before the mark; the exchange releases it. */
-	perch__store_i64(&vt->result, result);
-	uintptr_t seen = perch__xchg_uptr(&vt->state, VT_COMPLETED);
-	if (seen == VT_COMPLETED)
-		return -EALREADY;
-	ck_ec32_inc(&vt->done_ec, &vt_ec_mode);
-	if (seen != 0) {
-		/* The exchange acquired the registration, so cont_arg is the one stored before it. */
-		perch_vtask_fn fn = (perch_vtask_fn)seen;
-		fn(vt->cont_arg, result);
+	if (result < INT32_MIN || result > INT32_MAX)
+		return -ERANGE;
+	uint64_t done = st_make(token, PH_COMPLETED, (int32_t)result);
+	for (;;) {
+		uint64_t s = state_of(vt, token);
+		if (s == 0)
+			return -ESTALE;
+		if (st_phase(s) == PH_COMPLETED)
+			return -EALREADY;
+		/* Read before the CAS: once it succeeds the task may be freed, or readied anew. */
+		perch_vtask_fn fn = NULL;
+		void *arg = NULL;
+		if (st_phase(s) == PH_REGISTERED) {
+			fn = vt->cont_fn;
+			arg = vt->cont_arg;
+		}
+		if (!perch__cas_u64(&vt->state, s, done))
+			continue; /* a registration or a waiter changed the word: look again */
+		if (s & WAITER)
+			futex_wake_all(futex_word(vt));
+		if (fn)
+			fn(arg, result);
+		return 0;
 	}
-	return 0;
 }
 
 int perch_vtask_on_complete(struct perch_vtask_handle h, perch_vtask_fn fn, void *arg)
@@ -111,38 +130,42 @@ int perch_vtask_on_complete(struct perch_vtask_handle h, perch_vtask_fn fn, void
 	struct perch_vtask *vt = h.task;
 	if (!vt || !fn)
 		return -EINVAL;
-	if (!token_is_current(vt, h.token))
-		return -ESTALE;
-	uintptr_t seen = perch__load_uptr(&vt->state);
-	if (seen == VT_COMPLETED)
-		return 0;
-	if (seen != 0)
-		return -EBUSY;
-	/* The argument is written before the CAS that publishes the continuation. */
-	vt->cont_arg = arg;
-	if (perch__cas_uptr(&vt->state, 0, (uintptr_t)fn))
-		return PERCH_PENDING;
-	/* Only a completion changes a 0 we did not change: go on inline. */
-	return 0;
+	for (;;) {
+		uint64_t s = state_of(vt, h.token);
+		if (s == 0)
+			return -ESTALE;
+		if (st_phase(s) == PH_COMPLETED)
+			return 0;
+		if (st_phase(s) == PH_REGISTERED)
+			return -EBUSY;
+		/* The continuation is written before the CAS that publishes it; the completion reads it after. */
+		vt->cont_fn = fn;
+		vt->cont_arg = arg;
+		if (perch__cas_u64(&vt->state, s, (s & ~(uint64_t)PH_MASK) | PH_REGISTERED))
+			return PERCH_PENDING;
+	}
 }
 
 int perch_vtask_status(struct perch_vtask_handle h)
 {
 	if (!h.task)
 		return -EINVAL;
-	if (!token_is_current(h.task, h.token))
+	uint64_t s = state_of(h.task, h.token);
+	if (s == 0)
 		return -ESTALE;
-	return perch__load_uptr(&h.task->state) == VT_COMPLETED ? 0 : PERCH_PENDING;
+	return st_phase(s) == PH_COMPLETED ? 0 : PERCH_PENDING;
 }
 
 int perch_vtask_result(struct perch_vtask_handle h, int64_t *result)
 {
-	int rc = perch_vtask_status(h);
-	if (rc != 0)
-		return rc;
-	if (!result)
+	if (!h.task || !result)
 		return -EINVAL;
-	*result = perch__load_i64(&h.task->result);
+	uint64_t s = state_of(h.task, h.token);
+	if (s == 0)
+		return -ESTALE;
+	if (st_phase(s) != PH_COMPLETED)
+		return PERCH_PENDING;
+	*result = st_result(s);
 	return 0;
 }
 
@@ -157,6 +180,14 @@ static void deadline_after(struct timespec *ts, int timeout_ms)
 	}
 }
 
+static bool deadline_passed(const struct timespec *deadline)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return now.tv_sec > deadline->tv_sec ||
+	       (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec);
+}
+
 int perch_vtask_wait(struct perch_vtask_handle h, int timeout_ms, int64_t *result)
 {
 	struct timespec deadline;
@@ -168,13 +199,19 @@ int perch_vtask_wait(struct perch_vtask_handle h, int timeout_ms, int64_t *resul
 	if (timeout_ms >= 0)
 		deadline_after(&deadline, timeout_ms);
 	for (;;) {
-		/* Read the count before the state: a completion after this read bumps it. */
-		uint32_t seen = ck_ec32_value(&h.task->done_ec);
-		int rc = perch_vtask_result(h, result);
-		if (rc != PERCH_PENDING)
-			return rc;
-		if (ck_ec32_wait(&h.task->done_ec, &vt_ec_mode, seen,
-				 timeout_ms >= 0 ? &deadline : NULL) != 0)
-			return perch_vtask_result(h, result) == 0 ? 0 : -ETIMEDOUT;
+		uint64_t s = state_of(h.task, h.token);
+		if (s == 0)
+			return -ESTALE;
+		if (st_phase(s) == PH_COMPLETED) {
+			*result = st_result(s);
+			return 0;
+		}
+		if (timeout_ms >= 0 && deadline_passed(&deadline))
+			return -ETIMEDOUT;
+		/* Announce the sleeper in the word itself, so the completing CAS sees it and wakes. */
+		if (!(s & WAITER) && !perch__cas_u64(&h.task->state, s, s | WAITER))
+			continue;
+		futex_wait_until(futex_word(h.task), (uint32_t)(s | WAITER),
+				 timeout_ms >= 0 ? &deadline : NULL);
 	}
 }

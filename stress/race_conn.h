@@ -29,7 +29,7 @@ static inline void task_reader_ready(struct perch_recv_listener *l, struct perch
 	struct task_reader *r = (struct task_reader *)l;
 	perch__faa_u32(&r->deliveries, 1);
 	r->delivered_by = race_current_actor();
-	perch_vtask_complete(&r->vt, 1);
+	perch_vtask_complete(&r->vt, r->token, 1);
 }
 
 static inline void task_reader_reset(struct task_reader *r)

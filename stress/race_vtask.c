@@ -1,6 +1,7 @@
 /* stress/race_vtask.c: a value task's continuation registration races its completion. */
 #include "config.h"
 
+#include <errno.h>
 #include <stdlib.h>
 
 #include "atomic.h"
@@ -18,7 +19,8 @@ struct tagged_arg {
 struct vt_state {
 	struct perch_vtask vt;
 	struct perch_vtask_handle h;
-	struct tagged_arg arg;
+	struct tagged_arg args[2];     /* alternate per round: a stale argument is the other one */
+	struct tagged_arg *arg;        /* this round's */
 	uint32_t bad_args;             /* a continuation ran with an argument not its own */
 	int rc;
 };
@@ -42,14 +44,15 @@ static void vt_setup(void *p, uint64_t round)
 {
 	struct vt_state *s = p;
 	s->h = (struct perch_vtask_handle){ &s->vt, perch_vtask_ready(&s->vt) };
-	s->arg = (struct tagged_arg){ .round = round };
+	s->arg = &s->args[round & 1];
+	*s->arg = (struct tagged_arg){ .round = round };
 	s->rc = 0;
 }
 
 static void continuation(void *arg, int64_t result)
 {
 	struct tagged_arg *a = arg;
-	if (a != &the_state->arg) {
+	if (a != the_state->arg) {
 		perch__faa_u32(&the_state->bad_args, 1);
 		return;
 	}
@@ -61,13 +64,13 @@ static void continuation(void *arg, int64_t result)
 static void register_continuation(void *p, uint64_t round)
 {
 	struct vt_state *s = p;
-	s->rc = perch_vtask_on_complete(s->h, continuation, &s->arg);
+	s->rc = perch_vtask_on_complete(s->h, continuation, s->arg);
 }
 
 static void complete_task(void *p, uint64_t round)
 {
 	struct vt_state *s = p;
-	perch_vtask_complete(&s->vt, (int64_t)round);
+	perch_vtask_complete(&s->vt, s->h.token, (int64_t)round);
 }
 
 /* Exactly one run: registered and run once with its own argument, or told to go on inline and never run. */
@@ -78,10 +81,10 @@ static bool judge_vtask(struct race *r, void *p, uint64_t round)
 	bool ok = perch_vtask_result(s->h, &result) == 0 && result == (int64_t)round;
 	if (s->rc == PERCH_PENDING) {
 		race_branch(r, 0);
-		ok = ok && s->arg.runs == 1 && s->arg.result == (int64_t)round;
+		ok = ok && s->arg->runs == 1 && s->arg->result == (int64_t)round;
 	} else if (s->rc == 0) {
 		race_branch(r, 1);
-		ok = ok && s->arg.runs == 0;
+		ok = ok && s->arg->runs == 0;
 	} else {
 		ok = false;
 	}
@@ -91,10 +94,68 @@ static bool judge_vtask(struct race *r, void *p, uint64_t round)
 		race_fail(r, round, "continuation ran with another argument");
 	}
 	if (!ok)
-		race_fail(r, round, "registration rc %d, runs %u, result %lld", s->rc, s->arg.runs,
+		race_fail(r, round, "registration rc %d, runs %u, result %lld", s->rc, s->arg->runs,
 			  (long long)result);
 	return ok;
 }
+
+/* ---- a completion for the previous version lands while the owner readies the next ---- */
+
+struct stale_state {
+	struct perch_vtask vt;
+	uint32_t old_token, new_token;
+	int rc;
+};
+
+static void *stale_create(void)
+{
+	struct stale_state *s = calloc(1, sizeof(*s));
+	perch_vtask_init(&s->vt);
+	return s;
+}
+
+static void stale_setup(void *p, uint64_t round)
+{
+	struct stale_state *s = p;
+	s->old_token = perch_vtask_ready(&s->vt);
+	s->new_token = 0;
+	s->rc = 0;
+}
+
+static void owner_readies_next(void *p, uint64_t round)
+{
+	struct stale_state *s = p;
+	s->new_token = perch_vtask_ready(&s->vt);
+}
+
+static void late_completion(void *p, uint64_t round)
+{
+	struct stale_state *s = p;
+	s->rc = perch_vtask_complete(&s->vt, s->old_token, 7);
+}
+
+/* The new version is pending whatever the order, and completes with its own result. */
+static bool judge_stale(struct race *r, void *p, uint64_t round)
+{
+	struct stale_state *s = p;
+	struct perch_vtask_handle cur = { &s->vt, s->new_token };
+	race_branch(r, s->rc == 0 ? 0 : 1);
+	bool ok = (s->rc == 0 || s->rc == -ESTALE) && perch_vtask_status(cur) == PERCH_PENDING;
+	int64_t result = -1;
+	ok = ok && perch_vtask_complete(&s->vt, s->new_token, 8) == 0 &&
+	     perch_vtask_result(cur, &result) == 0 && result == 8;
+	if (!ok)
+		race_fail(r, round, "late completion rc %d; new version's result %lld", s->rc,
+			  (long long)result);
+	return ok;
+}
+
+const struct race_def race_vtask_stale_completion = {
+	.name = "vtask: late completion races the next version",
+	.actors = 2, .create = stale_create, .destroy = vt_destroy, .setup = stale_setup,
+	.actor = { owner_readies_next, late_completion }, .judge = judge_stale,
+	.branch_names = { "landed before the next version", "refused as stale" },
+};
 
 const struct race_def race_vtask_register_vs_complete = {
 	.name = "vtask: registration races completion",

@@ -1,4 +1,4 @@
-/* tests/test_vtask.c: the value task: versions, one continuation, inline completion, blocking wait. */
+/* tests/test_vtask.c: the value task: versions, one continuation, inline completion, stale tokens, blocking wait. */
 #include "config.h"
 
 #include <pthread.h>
@@ -20,19 +20,25 @@ static void count_run(void *arg, int64_t result)
 	t->result = result;
 }
 
+static struct perch_vtask_handle readied(struct perch_vtask *vt)
+{
+	perch_vtask_init(vt);
+	return (struct perch_vtask_handle){ vt, perch_vtask_ready(vt) };
+}
+
 static void registered_continuation_runs_once_on_complete(void **state)
 {
 	struct perch_vtask vt;
 	struct tally t = { 0, 0 };
-	assert_int_equal(perch_vtask_init(&vt), 0);
-	struct perch_vtask_handle h = { &vt, perch_vtask_ready(&vt) };
+	struct perch_vtask_handle h = readied(&vt);
+	assert_int_not_equal(h.token, 0);
 	assert_int_equal(perch_vtask_status(h), PERCH_PENDING);
 	assert_int_equal(perch_vtask_on_complete(h, count_run, &t), PERCH_PENDING);
 	assert_int_equal(t.runs, 0);
-	assert_int_equal(perch_vtask_complete(&vt, 42), 0);
+	assert_int_equal(perch_vtask_complete(&vt, h.token, 42), 0);
 	assert_int_equal(t.runs, 1);
 	assert_int_equal(t.result, 42);
-	assert_int_equal(perch_vtask_complete(&vt, 7), -EALREADY);
+	assert_int_equal(perch_vtask_complete(&vt, h.token, 7), -EALREADY);
 	assert_int_equal(t.runs, 1);
 	int64_t r = 0;
 	assert_int_equal(perch_vtask_result(h, &r), 0);
@@ -43,9 +49,8 @@ static void registration_after_completion_goes_on_inline(void **state)
 {
 	struct perch_vtask vt;
 	struct tally t = { 0, 0 };
-	perch_vtask_init(&vt);
-	struct perch_vtask_handle h = { &vt, perch_vtask_ready(&vt) };
-	assert_int_equal(perch_vtask_complete(&vt, -5), 0);
+	struct perch_vtask_handle h = readied(&vt);
+	assert_int_equal(perch_vtask_complete(&vt, h.token, -5), 0);
 	assert_int_equal(perch_vtask_on_complete(h, count_run, &t), 0);
 	assert_int_equal(t.runs, 0);
 	int64_t r = 0;
@@ -57,11 +62,10 @@ static void second_registration_is_refused(void **state)
 {
 	struct perch_vtask vt;
 	struct tally a = { 0, 0 }, b = { 0, 0 };
-	perch_vtask_init(&vt);
-	struct perch_vtask_handle h = { &vt, perch_vtask_ready(&vt) };
+	struct perch_vtask_handle h = readied(&vt);
 	assert_int_equal(perch_vtask_on_complete(h, count_run, &a), PERCH_PENDING);
 	assert_int_equal(perch_vtask_on_complete(h, count_run, &b), -EBUSY);
-	perch_vtask_complete(&vt, 1);
+	perch_vtask_complete(&vt, h.token, 1);
 	assert_int_equal(a.runs, 1);
 	assert_int_equal(b.runs, 0);
 }
@@ -70,9 +74,8 @@ static void stale_token_is_refused(void **state)
 {
 	struct perch_vtask vt;
 	struct tally t = { 0, 0 };
-	perch_vtask_init(&vt);
-	struct perch_vtask_handle old = { &vt, perch_vtask_ready(&vt) };
-	perch_vtask_complete(&vt, 1);
+	struct perch_vtask_handle old = readied(&vt);
+	perch_vtask_complete(&vt, old.token, 1);
 	struct perch_vtask_handle cur = { &vt, perch_vtask_ready(&vt) };
 	assert_int_not_equal(old.token, cur.token);
 	int64_t r;
@@ -84,28 +87,69 @@ static void stale_token_is_refused(void **state)
 	assert_int_equal(t.runs, 0);
 }
 
-static void bad_arguments_return_einval(void **state)
+/* A completion for the previous version, arriving late, leaves the new one pending and its result alone. */
+static void stale_completion_neither_completes_nor_overwrites_the_new_version(void **state)
+{
+	struct perch_vtask vt;
+	struct tally t = { 0, 0 };
+	struct perch_vtask_handle old = readied(&vt);
+	struct perch_vtask_handle cur = { &vt, perch_vtask_ready(&vt) };
+	assert_int_equal(perch_vtask_on_complete(cur, count_run, &t), PERCH_PENDING);
+	assert_int_equal(perch_vtask_complete(&vt, old.token, 111), -ESTALE);
+	assert_int_equal(perch_vtask_status(cur), PERCH_PENDING);
+	assert_int_equal(t.runs, 0);
+	assert_int_equal(perch_vtask_complete(&vt, cur.token, 222), 0);
+	assert_int_equal(perch_vtask_complete(&vt, old.token, 333), -ESTALE);
+	int64_t r = 0;
+	assert_int_equal(perch_vtask_result(cur, &r), 0);
+	assert_int_equal(r, 222);
+	assert_int_equal(t.runs, 1);
+	assert_int_equal(t.result, 222);
+}
+
+static void a_task_never_readied_accepts_no_token(void **state)
 {
 	struct perch_vtask vt;
 	perch_vtask_init(&vt);
+	struct perch_vtask_handle zero = { &vt, 0 };
+	assert_int_equal(perch_vtask_status(zero), -ESTALE);
+	assert_int_equal(perch_vtask_complete(&vt, 0, 1), -ESTALE);
+	assert_int_equal(perch_vtask_on_complete(zero, count_run, NULL), -ESTALE);
+}
+
+static void bad_arguments_return_einval(void **state)
+{
+	struct perch_vtask vt;
 	struct perch_vtask_handle none = { NULL, 0 };
-	struct perch_vtask_handle h = { &vt, perch_vtask_ready(&vt) };
+	struct perch_vtask_handle h = readied(&vt);
 	int64_t r;
 	assert_int_equal(perch_vtask_init(NULL), -EINVAL);
-	assert_int_equal(perch_vtask_complete(NULL, 0), -EINVAL);
+	assert_int_equal(perch_vtask_ready(NULL), 0);
+	assert_int_equal(perch_vtask_complete(NULL, 1, 0), -EINVAL);
+	assert_int_equal(perch_vtask_complete(&vt, h.token, (int64_t)INT32_MAX + 1), -ERANGE);
 	assert_int_equal(perch_vtask_status(none), -EINVAL);
 	assert_int_equal(perch_vtask_result(none, &r), -EINVAL);
 	assert_int_equal(perch_vtask_on_complete(none, count_run, NULL), -EINVAL);
 	assert_int_equal(perch_vtask_on_complete(h, NULL, NULL), -EINVAL);
 	assert_int_equal(perch_vtask_wait(none, 0, &r), -EINVAL);
-	perch_vtask_complete(&vt, 3);
+	perch_vtask_complete(&vt, h.token, 3);
 	assert_int_equal(perch_vtask_result(h, NULL), -EINVAL);
 }
 
+struct later {
+	struct perch_vtask *vt;
+	uint32_t token;
+	bool ready_instead; /* the owner moves to a new version instead of completing */
+};
+
 static void *complete_later(void *arg)
 {
+	struct later *l = arg;
 	usleep(20 * 1000);
-	perch_vtask_complete(arg, 99);
+	if (l->ready_instead)
+		perch_vtask_ready(l->vt);
+	else
+		perch_vtask_complete(l->vt, l->token, 99);
 	return NULL;
 }
 
@@ -113,24 +157,39 @@ static void blocking_wait_returns_the_result(void **state)
 {
 	struct perch_vtask vt;
 	pthread_t th;
-	perch_vtask_init(&vt);
-	struct perch_vtask_handle h = { &vt, perch_vtask_ready(&vt) };
-	assert_int_equal(pthread_create(&th, NULL, complete_later, &vt), 0);
+	struct perch_vtask_handle h = readied(&vt);
+	struct later l = { &vt, h.token, false };
+	assert_int_equal(pthread_create(&th, NULL, complete_later, &l), 0);
 	int64_t r = 0;
 	assert_int_equal(perch_vtask_wait(h, 10000, &r), 0);
 	assert_int_equal(r, 99);
 	pthread_join(th, NULL);
 }
 
+static void blocking_wait_on_a_version_readied_over_returns_estale(void **state)
+{
+	struct perch_vtask vt;
+	pthread_t th;
+	struct perch_vtask_handle h = readied(&vt);
+	struct later l = { &vt, h.token, true };
+	assert_int_equal(pthread_create(&th, NULL, complete_later, &l), 0);
+	int64_t r = 0;
+	assert_int_equal(perch_vtask_wait(h, 10000, &r), -ESTALE);
+	pthread_join(th, NULL);
+}
+
 static void blocking_wait_times_out(void **state)
 {
 	struct perch_vtask vt;
-	perch_vtask_init(&vt);
-	struct perch_vtask_handle h = { &vt, perch_vtask_ready(&vt) };
+	struct perch_vtask_handle h = readied(&vt);
 	int64_t r = 12345;
 	assert_int_equal(perch_vtask_wait(h, 30, &r), -ETIMEDOUT);
 	assert_int_equal(r, 12345);
 	assert_int_equal(perch_vtask_wait(h, 0, &r), -ETIMEDOUT);
+	/* A completion after the waiter announced itself still completes normally. */
+	assert_int_equal(perch_vtask_complete(&vt, h.token, 5), 0);
+	assert_int_equal(perch_vtask_wait(h, 0, &r), 0);
+	assert_int_equal(r, 5);
 }
 
 int main(void)
@@ -140,8 +199,11 @@ int main(void)
 		cmocka_unit_test(registration_after_completion_goes_on_inline),
 		cmocka_unit_test(second_registration_is_refused),
 		cmocka_unit_test(stale_token_is_refused),
+		cmocka_unit_test(stale_completion_neither_completes_nor_overwrites_the_new_version),
+		cmocka_unit_test(a_task_never_readied_accepts_no_token),
 		cmocka_unit_test(bad_arguments_return_einval),
 		cmocka_unit_test(blocking_wait_returns_the_result),
+		cmocka_unit_test(blocking_wait_on_a_version_readied_over_returns_estale),
 		cmocka_unit_test(blocking_wait_times_out),
 	};
 	return cmocka_run_group_tests_name("vtask", tests, NULL, NULL);

@@ -2,7 +2,6 @@
 #ifndef PERCH_VTASK_H
 #define PERCH_VTASK_H
 
-#include <ck_ec.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -21,19 +20,21 @@ typedef void (*perch_vtask_fn)(void *arg, int64_t result);
 /*
  * The C analogue of .NET's ManualResetValueTaskSourceCore. Embedded in the
  * object that completes it (a connection, a pipe reader, a writer). One
- * producer completes each version; one consumer awaits it. Fields are
- * private: use the calls below.
+ * owner readies versions; one producer completes each; one consumer awaits
+ * it. Fields are private: use the calls below.
+ *
+ * Version, phase and result share one 64-bit word, so a completion meant
+ * for an older version can never complete (or overwrite the result of) a
+ * newer one, and nothing touches the task after the completing CAS (a
+ * waiter may free it at once).
  */
 struct perch_vtask {
-	uint32_t version;          /* bumped by perch_vtask_ready() */
-	uint32_t pad_;
-	uintptr_t state;           /* 0, a continuation, or the completed mark */
-	void *cont_arg;            /* written before the continuation is published */
-	int64_t result;            /* written before the completed mark */
-	struct ck_ec32 done_ec;    /* blocking waiters sleep on it (futex) */
+	uint64_t state;            /* result:32 | version:29 | waiter:1 | phase:2 */
+	perch_vtask_fn cont_fn;    /* written before the registration publishes it */
+	void *cont_arg;
 };
 
-/* What a caller holds while it awaits one version of a task. */
+/* What a caller holds while it awaits one version of a task. Token 0 is never valid. */
 struct perch_vtask_handle {
 	struct perch_vtask *task;
 	uint32_t token;
@@ -43,19 +44,22 @@ struct perch_vtask_handle {
 PERCH_API int perch_vtask_init(struct perch_vtask *vt);
 
 /*
- * Starts a new version and returns its token. Only the task's owner calls
- * it, when nothing can still complete the previous version (perch calls it
- * from a listener's on_parking). Continuations and results of the previous
- * version are dropped.
+ * Starts a new version and returns its token (never 0; 0 for a NULL task).
+ * Only the task's owner calls it (perch calls it from a listener's
+ * on_parking). Whatever still targets the previous version is refused
+ * from now on: its completion returns -ESTALE, its continuation is dropped,
+ * and its blocking waiters wake with -ESTALE.
  */
 PERCH_API uint32_t perch_vtask_ready(struct perch_vtask *vt);
 
 /*
- * Completes the current version with `result` and runs its continuation, if
- * one is registered, on this thread. Returns 0, or -EALREADY when this
- * version was already completed (nothing is run twice), -EINVAL for NULL.
+ * Completes version `token` with `result` (which must fit in 32 bits) and
+ * runs its continuation, if one is registered, on this thread. Returns 0;
+ * -ESTALE when `token` is not the current version (nothing happens);
+ * -EALREADY when it was completed already (nothing is run twice); -ERANGE
+ * for a result outside int32_t; -EINVAL for NULL.
  */
-PERCH_API int perch_vtask_complete(struct perch_vtask *vt, int64_t result);
+PERCH_API int perch_vtask_complete(struct perch_vtask *vt, uint32_t token, int64_t result);
 
 /*
  * Registers the one continuation of this version. Returns PERCH_PENDING
@@ -81,9 +85,10 @@ PERCH_API int perch_vtask_result(struct perch_vtask_handle h, int64_t *result);
 
 /*
  * Blocks the calling thread (futex) until the version completes or
- * timeout_ms passes (negative: no limit). Returns 0 and stores the result
- * when complete, -ETIMEDOUT, -ESTALE or -EINVAL. May be combined with a
- * registered continuation; never call it from a loop thread.
+ * timeout_ms passes (negative: no limit; 0: just look). Returns 0 and
+ * stores the result when complete, -ETIMEDOUT, -ESTALE (also when the
+ * owner readies a new version meanwhile) or -EINVAL. May be combined with
+ * a registered continuation; never call it from a loop thread.
  */
 PERCH_API int perch_vtask_wait(struct perch_vtask_handle h, int timeout_ms,
 			       int64_t *result);
