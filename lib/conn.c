@@ -10,10 +10,11 @@
 
 #define TXBUF_MIN_CAP 4096u
 
-static void self_read_parking(struct perch_recv_listener *l, struct perch_conn *c);
-static void self_read_ready(struct perch_recv_listener *l, struct perch_conn *c);
-static void self_flush_parking(struct perch_flush_listener *l, struct perch_conn *c);
-static void self_flush_done(struct perch_flush_listener *l, struct perch_conn *c, int result);
+static uint64_t self_read_parking(struct perch_recv_listener *l, struct perch_conn *c);
+static void self_read_ready(struct perch_recv_listener *l, struct perch_conn *c, uint64_t cookie);
+static uint64_t self_flush_parking(struct perch_flush_listener *l, struct perch_conn *c);
+static void self_flush_done(struct perch_flush_listener *l, struct perch_conn *c, uint64_t cookie,
+			    int result);
 
 /* ================= state ================= */
 
@@ -84,7 +85,7 @@ static void release_claim(struct perch_conn *c)
 }
 
 static int try_read_or_park(struct perch_conn *c, struct perch_recv_listener *listener,
-			    struct perch_read_result *out)
+			    struct perch_read_result *out, uint64_t *cookie_out)
 {
 	/* 1. Claim. Failing means another read owns the slot: touch nothing. */
 	if (!perch__cas_uptr(&c->read_waiter, PERCH__SLOT_EMPTY, PERCH__SLOT_CLAIM))
@@ -98,14 +99,24 @@ static int try_read_or_park(struct perch_conn *c, struct perch_recv_listener *li
 	}
 	/* 3. Ready the listener: only here, past every guard, when the read is about to park. */
 	c->rd_have_result = false;
-	listener->on_parking(listener, c);
+	c->read_cookie = *cookie_out = listener->on_parking(listener, c);
 	/* 4. Publish. Pairs with the CAS in wake_reader that takes a published listener back. */
-	if (perch__cas_uptr(&c->read_waiter, PERCH__SLOT_CLAIM, (uintptr_t)listener))
-		return PERCH_PENDING;
-	/* The claim was marked: a completion landed during step 3. Serve it now. */
-	fill_result(c, out);
-	release_claim(c);
-	return 0;
+	while (!perch__cas_uptr(&c->read_waiter, PERCH__SLOT_CLAIM, (uintptr_t)listener)) {
+		/*
+		 * The claim was marked. Usually a completion landed during step 3;
+		 * but a completion that loaded an earlier claim (since served and
+		 * given back) can mark this one with nothing new. So clear the
+		 * mark and look again: serve what is there, or publish again.
+		 */
+		perch__xchg_uptr(&c->read_waiter, PERCH__SLOT_CLAIM);
+		perch__fence_rmw_then_load();
+		if (read_is_ready(c)) {
+			fill_result(c, out);
+			release_claim(c);
+			return 0;
+		}
+	}
+	return PERCH_PENDING;
 }
 
 /*
@@ -118,7 +129,8 @@ static void wake_reader(struct perch_conn *c)
 	perch__fence_rmw_then_load();
 	for (;;) {
 		uintptr_t w = perch__load_uptr(&c->read_waiter);
-		if (w == PERCH__SLOT_EMPTY || w == PERCH__SLOT_CLAIM_MARKED)
+		/* DELIVERING: the side handing the park over delivers after our state was published. */
+		if (w == PERCH__SLOT_EMPTY || w == PERCH__SLOT_CLAIM_MARKED || w == PERCH__SLOT_DELIVERING)
 			return;
 		if (w == PERCH__SLOT_CLAIM) {
 			/* The claiming read will serve. If the CAS fails the claim was published or released: look again. */
@@ -126,10 +138,18 @@ static void wake_reader(struct perch_conn *c)
 				return;
 			continue;
 		}
-		/* A failed CAS means another side took this listener back and delivers; it reads our state after. */
-		if (perch__cas_uptr(&c->read_waiter, w, PERCH__SLOT_EMPTY)) {
+		/*
+		 * A failed CAS means another side took this listener back and
+		 * delivers; it reads our state after. The winner holds the slot
+		 * as DELIVERING while it reads the park's cookie (no new park can
+		 * overwrite it then), and frees the slot before the callback, which
+		 * may park again.
+		 */
+		if (perch__cas_uptr(&c->read_waiter, w, PERCH__SLOT_DELIVERING)) {
 			struct perch_recv_listener *l = (struct perch_recv_listener *)w;
-			l->on_recv_ready(l, c);
+			uint64_t cookie = c->read_cookie;
+			perch__xchg_uptr(&c->read_waiter, PERCH__SLOT_EMPTY);
+			l->on_recv_ready(l, c, cookie);
 		}
 		return;
 	}
@@ -198,8 +218,9 @@ static void complete_flush(struct perch_conn *c, int result)
 	if (perch__xchg_u32(&c->flush_armed, 0) == 0)
 		return;
 	struct perch_flush_listener *l = perch__xchg_ptr(&c->flush_listener, NULL);
+	uint64_t cookie = c->flush_cookie; /* before the guard lets a new flush store its own */
 	perch__store_u32(&c->flush_busy, 0);
-	l->on_flush_done(l, c, result);
+	l->on_flush_done(l, c, cookie, result);
 }
 
 /*
@@ -222,7 +243,8 @@ static int flush_closed_while_arming(struct perch_conn *c, struct perch__txbuf *
 	return rc;
 }
 
-static int try_flush_or_park(struct perch_conn *c, struct perch_flush_listener *listener)
+static int try_flush_or_park(struct perch_conn *c, struct perch_flush_listener *listener,
+			     uint64_t *cookie_out)
 {
 	/* 1. The guard; a refused flush leaves the parked one untouched. */
 	if (!perch__cas_u32(&c->flush_busy, 0, 1))
@@ -247,7 +269,7 @@ static int try_flush_or_park(struct perch_conn *c, struct perch_flush_listener *
 	struct perch__txbuf *chain = take_staged(c);
 	perch__conn_ref(c);
 	/* 4. Ready, store the listener, then the arm that publishes it: an exchange, fenced before the re-check of `closed`. */
-	listener->on_parking(listener, c);
+	c->flush_cookie = *cookie_out = listener->on_parking(listener, c);
 	perch__store_ptr(&c->flush_listener, listener);
 	perch__xchg_u32(&c->flush_armed, 1);
 	perch__fence_rmw_then_load();
@@ -365,28 +387,26 @@ void perch__conn_unref(struct perch_conn *c)
 
 /* ================= the connection as its own listener ================= */
 
-static void self_read_parking(struct perch_recv_listener *l, struct perch_conn *c)
+static uint64_t self_read_parking(struct perch_recv_listener *l, struct perch_conn *c)
 {
-	(void)l;
-	c->read_token = perch_vtask_ready(&c->read_task);
+	return perch_vtask_ready(&c->read_task);
 }
 
-static void self_read_ready(struct perch_recv_listener *l, struct perch_conn *c)
+/* Completes the version this park readied: a late delivery cannot complete a newer one. */
+static void self_read_ready(struct perch_recv_listener *l, struct perch_conn *c, uint64_t cookie)
 {
-	(void)l;
-	perch_vtask_complete(&c->read_task, c->read_token, 0);
+	perch_vtask_complete(&c->read_task, (uint32_t)cookie, 0);
 }
 
-static void self_flush_parking(struct perch_flush_listener *l, struct perch_conn *c)
+static uint64_t self_flush_parking(struct perch_flush_listener *l, struct perch_conn *c)
 {
-	(void)l;
-	c->flush_token = perch_vtask_ready(&c->flush_task);
+	return perch_vtask_ready(&c->flush_task);
 }
 
-static void self_flush_done(struct perch_flush_listener *l, struct perch_conn *c, int result)
+static void self_flush_done(struct perch_flush_listener *l, struct perch_conn *c, uint64_t cookie,
+			    int result)
 {
-	(void)l;
-	perch_vtask_complete(&c->flush_task, c->flush_token, result);
+	perch_vtask_complete(&c->flush_task, (uint32_t)cookie, result);
 }
 
 /* ================= public calls: one reader, any thread ================= */
@@ -396,7 +416,8 @@ int perch_conn_try_read_or_park(struct perch_conn *c, struct perch_recv_listener
 {
 	if (!c || !listener || !out || !listener->on_parking || !listener->on_recv_ready)
 		return -EINVAL;
-	return try_read_or_park(c, listener, out);
+	uint64_t cookie;
+	return try_read_or_park(c, listener, out, &cookie);
 }
 
 int perch_conn_try_read(struct perch_conn *c, struct perch_read_result *out)
@@ -420,11 +441,11 @@ int perch_conn_read(struct perch_conn *c, struct perch_read_result *out,
 {
 	if (!c || !out || !task)
 		return -EINVAL;
-	int rc = try_read_or_park(c, &c->self_reader, out);
+	uint64_t token;
+	int rc = try_read_or_park(c, &c->self_reader, out, &token);
 	if (rc == PERCH_PENDING) {
-		/* on_parking ran on this thread before the publish, so the token is ours. */
 		task->task = &c->read_task;
-		task->token = c->read_token;
+		task->token = (uint32_t)token;
 	}
 	return rc;
 }
@@ -517,17 +538,19 @@ int perch_conn_try_flush_or_park(struct perch_conn *c, struct perch_flush_listen
 {
 	if (!c || !listener || !listener->on_parking || !listener->on_flush_done)
 		return -EINVAL;
-	return try_flush_or_park(c, listener);
+	uint64_t cookie;
+	return try_flush_or_park(c, listener, &cookie);
 }
 
 int perch_conn_flush(struct perch_conn *c, struct perch_vtask_handle *task)
 {
 	if (!c || !task)
 		return -EINVAL;
-	int rc = try_flush_or_park(c, &c->self_flusher);
+	uint64_t token;
+	int rc = try_flush_or_park(c, &c->self_flusher, &token);
 	if (rc == PERCH_PENDING) {
 		task->task = &c->flush_task;
-		task->token = c->flush_token;
+		task->token = (uint32_t)token;
 	}
 	return rc;
 }

@@ -36,6 +36,7 @@ struct perch__transport_ops {
 #define PERCH__SLOT_EMPTY        ((uintptr_t)0)
 #define PERCH__SLOT_CLAIM        ((uintptr_t)1)
 #define PERCH__SLOT_CLAIM_MARKED ((uintptr_t)2)
+#define PERCH__SLOT_DELIVERING   ((uintptr_t)3)  /* a completion took the park; reading its cookie */
 
 /* rx_flags bits, only ever set (by read-modify-write), never cleared. */
 #define PERCH__RX_PEER_FIN  1u
@@ -45,6 +46,7 @@ struct perch__transport_ops {
 struct perch_conn {
 	/* ---- read slot and what completions publish (any thread) ---- */
 	uintptr_t read_waiter CK_CC_CACHELINE;
+	uint64_t read_cookie;          /* the parked read's, stored before the publish */
 	uint64_t rx_total;             /* bytes ever queued (faa by the producer) */
 	uint32_t rx_flags;             /* PERCH__RX_* */
 	uint32_t rd_cancel;            /* a cancel not yet reported */
@@ -66,6 +68,7 @@ struct perch_conn {
 	uint32_t flush_busy CK_CC_CACHELINE;   /* the in-progress guard */
 	uint32_t flush_armed;          /* a parked flusher not yet signalled */
 	void *flush_listener;          /* stored before flush_armed publishes it */
+	uint64_t flush_cookie;         /* likewise; read before the guard is released */
 
 	/* ---- writer-private ---- */
 	struct perch__txbuf *staged_head;
@@ -82,11 +85,15 @@ struct perch_conn {
 	struct perch_flush_listener self_flusher;
 	struct perch_vtask read_task;
 	struct perch_vtask flush_task;
-	uint32_t read_token;
-	uint32_t flush_token;
 };
 
 /*
+ * The backend's contract: it calls the completion entry points below while
+ * it holds a reference (perch__conn_ref), from one thread at a time (the
+ * loop's); every chain ops->send receives gets exactly one
+ * perch__conn_send_done, also after ops->close, and never from inside
+ * ops->send (a flush made from inside on_flush_done would recurse).
+ *
  * Creates a connection driven by `ops`. Returns NULL on ENOMEM or NULL ops.
  * The caller holds one reference (perch_conn_release drops it).
  */

@@ -17,19 +17,21 @@ struct task_reader {
 	int delivered_by;          /* the actor whose call delivered */
 };
 
-static inline void task_reader_parking(struct perch_recv_listener *l, struct perch_conn *c)
+static inline uint64_t task_reader_parking(struct perch_recv_listener *l, struct perch_conn *c)
 {
 	struct task_reader *r = (struct task_reader *)l;
 	perch__faa_u32(&r->parkings, 1);
 	r->token = perch_vtask_ready(&r->vt);
+	return r->token;
 }
 
-static inline void task_reader_ready(struct perch_recv_listener *l, struct perch_conn *c)
+static inline void task_reader_ready(struct perch_recv_listener *l, struct perch_conn *c,
+				     uint64_t cookie)
 {
 	struct task_reader *r = (struct task_reader *)l;
 	perch__faa_u32(&r->deliveries, 1);
 	r->delivered_by = race_current_actor();
-	perch_vtask_complete(&r->vt, r->token, 1);
+	perch_vtask_complete(&r->vt, (uint32_t)cookie, 1);
 }
 
 static inline void task_reader_reset(struct task_reader *r)

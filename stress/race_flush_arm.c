@@ -152,6 +152,40 @@ static bool judge_flush_vs_close(struct race *r, void *p, uint64_t round)
 	return ok;
 }
 
+/* ---- a close and the send's completion both complete the parked flush ---- */
+
+static void setup_parked_flush(void *p, uint64_t round)
+{
+	struct flush_state *s = p;
+	setup_staged(p, round);
+	if (perch_conn_try_flush_or_park(s->c, &s->first.l) != PERCH_PENDING)
+		abort();
+}
+
+static void send_completes(void *p, uint64_t round)
+{
+	fake_send_done(((struct flush_state *)p)->c, 0);
+}
+
+/* One signal, from whichever disarmed first. */
+static bool judge_close_vs_send_done(struct race *r, void *p, uint64_t round)
+{
+	struct flush_state *s = p;
+	bool ok = s->first.deliveries == 1;
+	race_branch(r, s->first.last_result == 0 ? 0 : 1);
+	if (!ok)
+		race_fail(r, round, "parked flush signalled %u times", s->first.deliveries);
+	race_conn_end(s->c);
+	return ok;
+}
+
+const struct race_def race_close_vs_send_done = {
+	.name = "flush_arm: close races the send's completion",
+	.actors = 2, .create = flush_create, .destroy = flush_destroy, .setup = setup_parked_flush,
+	.actor = { conn_closes, send_completes }, .judge = judge_close_vs_send_done,
+	.branch_names = { "the send's completion signalled", "the close signalled" },
+};
+
 const struct race_def race_flush_vs_completion = {
 	.name = "flush_arm: flush races last completion",
 	.actors = 2, .create = flush_create, .destroy = flush_destroy, .setup = setup_one_parked,

@@ -57,6 +57,14 @@ static void bytes_arrive(void *p, uint64_t round)
 	fake_recv(((struct slot_state *)p)->c, "x");
 }
 
+/* The backend queues the last bytes, then the peer's FIN, as a recv of data then of 0 would. */
+static void bytes_then_fin(void *p, uint64_t round)
+{
+	struct slot_state *s = p;
+	fake_recv(s->c, "x");
+	perch__conn_peer_closed(s->c);
+}
+
 static void conn_closes(void *p, uint64_t round)
 {
 	perch_conn_close(((struct slot_state *)p)->c);
@@ -99,6 +107,19 @@ static bool judge_read_vs_bytes(struct race *r, void *p, uint64_t round)
 {
 	struct slot_state *s = p;
 	bool ok = judge_one_delivery(r, s, round, s->res_a.len == 1);
+	race_conn_end(s->c);
+	return ok;
+}
+
+/* Bytes come before the FIN: a result that says completed holds every byte. */
+static bool judge_read_vs_fin(struct race *r, void *p, uint64_t round)
+{
+	struct slot_state *s = p;
+	bool ok = judge_one_delivery(r, s, round, s->res_a.len == 1 || s->res_a.completed);
+	if (s->rc_a == 0 && s->res_a.completed && s->res_a.len != 1) {
+		race_fail(r, round, "completed with %zu of the 1 byte sent before the FIN", s->res_a.len);
+		ok = false;
+	}
 	race_conn_end(s->c);
 	return ok;
 }
@@ -193,6 +214,13 @@ const struct race_def race_read_vs_bytes = {
 	.name = "read_slot: park races its bytes",
 	.actors = 2, .create = slot_create, .destroy = slot_destroy, .setup = slot_setup,
 	.actor = { read_a, bytes_arrive }, .judge = judge_read_vs_bytes,
+	.branch_names = READ_BRANCHES,
+};
+
+const struct race_def race_read_vs_fin = {
+	.name = "read_slot: park races bytes then FIN",
+	.actors = 2, .create = slot_create, .destroy = slot_destroy, .setup = slot_setup,
+	.actor = { read_a, bytes_then_fin }, .judge = judge_read_vs_fin,
 	.branch_names = READ_BRANCHES,
 };
 

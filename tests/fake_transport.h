@@ -78,22 +78,28 @@ struct counting_reader {
 	uint32_t parkings;
 	uint32_t deliveries;
 	void (*during_parking)(struct perch_conn *c);
+	uint64_t last_cookie;
 };
 
-static inline void counting_reader_parking(struct perch_recv_listener *l, struct perch_conn *c)
+/* The cookie is the park's ordinal; a delivery must hand back the newest. */
+static inline uint64_t counting_reader_parking(struct perch_recv_listener *l, struct perch_conn *c)
 {
 	struct counting_reader *r = (struct counting_reader *)l;
-	perch__faa_u32(&r->parkings, 1);
+	uint64_t cookie = perch__faa_u32(&r->parkings, 1) + 1;
 	if (r->during_parking)
 		r->during_parking(c);
+	return cookie;
 }
 
-static inline void counting_reader_ready(struct perch_recv_listener *l, struct perch_conn *c)
+static inline void counting_reader_ready(struct perch_recv_listener *l, struct perch_conn *c,
+					 uint64_t cookie)
 {
-	perch__faa_u32(&((struct counting_reader *)l)->deliveries, 1);
+	struct counting_reader *r = (struct counting_reader *)l;
+	perch__faa_u32(&r->deliveries, 1);
+	r->last_cookie = cookie;
 }
 
-#define COUNTING_READER { { counting_reader_parking, counting_reader_ready }, 0, 0, NULL }
+#define COUNTING_READER { { counting_reader_parking, counting_reader_ready }, 0, 0, NULL, 0 }
 
 struct counting_flusher {
 	struct perch_flush_listener l;
@@ -101,22 +107,25 @@ struct counting_flusher {
 	uint32_t deliveries;
 	int last_result;
 	void (*during_done)(struct counting_flusher *f, struct perch_conn *c);
+	uint64_t last_cookie;
 };
 
-static inline void counting_flusher_parking(struct perch_flush_listener *l, struct perch_conn *c)
+static inline uint64_t counting_flusher_parking(struct perch_flush_listener *l, struct perch_conn *c)
 {
-	perch__faa_u32(&((struct counting_flusher *)l)->parkings, 1);
+	return perch__faa_u32(&((struct counting_flusher *)l)->parkings, 1) + 1;
 }
 
-static inline void counting_flusher_done(struct perch_flush_listener *l, struct perch_conn *c, int result)
+static inline void counting_flusher_done(struct perch_flush_listener *l, struct perch_conn *c,
+					 uint64_t cookie, int result)
 {
 	struct counting_flusher *f = (struct counting_flusher *)l;
 	perch__faa_u32(&f->deliveries, 1);
 	f->last_result = result;
+	f->last_cookie = cookie;
 	if (f->during_done)
 		f->during_done(f, c);
 }
 
-#define COUNTING_FLUSHER { { counting_flusher_parking, counting_flusher_done }, 0, 0, 0, NULL }
+#define COUNTING_FLUSHER { { counting_flusher_parking, counting_flusher_done }, 0, 0, 0, NULL, 0 }
 
 #endif /* PERCH_TESTS_FAKE_TRANSPORT_H */

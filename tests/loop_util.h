@@ -30,7 +30,7 @@ struct lu_loop {
 	int run_rc;
 };
 
-static void *lu_loop_main(void *p)
+static inline void *lu_loop_main(void *p)
 {
 	struct lu_loop *l = p;
 	l->run_rc = perch_loop_run(l->loop);
@@ -79,7 +79,7 @@ struct lu_call {
 	sem_t done;
 };
 
-static void lu_call_run(void *p)
+static inline void lu_call_run(void *p)
 {
 	struct lu_call *c = p;
 	c->fn(c->arg);
@@ -105,7 +105,7 @@ struct lu_connect {
 	sem_t done;
 };
 
-static void lu_connected(struct perch_loop *loop, struct perch_conn *c, int result, void *arg)
+static inline void lu_connected(struct perch_loop *loop, struct perch_conn *c, int result, void *arg)
 {
 	struct lu_connect *k = arg;
 	k->c = c;
@@ -234,25 +234,25 @@ struct lu_echo {
 	struct lu_echo_stats *stats;
 };
 
-static void lu_echo_pump(struct lu_echo *e);
-static void lu_echo_flushed_final(struct perch_flush_listener *l, struct perch_conn *c, int result);
+static inline void lu_echo_pump(struct lu_echo *e);
+static inline void lu_echo_flushed_final(struct perch_flush_listener *l, struct perch_conn *c, uint64_t cookie, int result);
 
-static void lu_echo_end(struct lu_echo *e)
+static inline void lu_echo_end(struct lu_echo *e)
 {
 	perch_conn_release(e->c);
 	perch__faa_u32(&e->stats->ended, 1);
 	free(e);
 }
 
-static void lu_noop_parking_r(struct perch_recv_listener *l, struct perch_conn *c) {}
-static void lu_noop_parking_f(struct perch_flush_listener *l, struct perch_conn *c) {}
+static inline uint64_t lu_noop_parking_r(struct perch_recv_listener *l, struct perch_conn *c) { return 0; }
+static inline uint64_t lu_noop_parking_f(struct perch_flush_listener *l, struct perch_conn *c) { return 0; }
 
-static void lu_echo_ready(struct perch_recv_listener *l, struct perch_conn *c)
+static inline void lu_echo_ready(struct perch_recv_listener *l, struct perch_conn *c, uint64_t cookie)
 {
 	lu_echo_pump((struct lu_echo *)((char *)l - offsetof(struct lu_echo, rl)));
 }
 
-static void lu_echo_flushed(struct perch_flush_listener *l, struct perch_conn *c, int result)
+static inline void lu_echo_flushed(struct perch_flush_listener *l, struct perch_conn *c, uint64_t cookie, int result)
 {
 	struct lu_echo *e = (struct lu_echo *)((char *)l - offsetof(struct lu_echo, fl));
 	if (result < 0)
@@ -261,7 +261,7 @@ static void lu_echo_flushed(struct perch_flush_listener *l, struct perch_conn *c
 		lu_echo_pump(e);
 }
 
-static void lu_echo_pump(struct lu_echo *e)
+static inline void lu_echo_pump(struct lu_echo *e)
 {
 	for (;;) {
 		struct perch_read_result r;
@@ -293,13 +293,13 @@ static void lu_echo_pump(struct lu_echo *e)
 	}
 }
 
-static void lu_echo_flushed_final(struct perch_flush_listener *l, struct perch_conn *c, int result)
+static inline void lu_echo_flushed_final(struct perch_flush_listener *l, struct perch_conn *c, uint64_t cookie, int result)
 {
 	lu_echo_end((struct lu_echo *)((char *)l - offsetof(struct lu_echo, fl)));
 }
 
 /* Accept callback: `arg` is a struct lu_echo_stats. */
-static void lu_echo_accept(struct perch_listener *ls, struct perch_conn *c, void *arg)
+static inline void lu_echo_accept(struct perch_listener *ls, struct perch_conn *c, void *arg)
 {
 	struct lu_echo *e = calloc(1, sizeof(*e));
 	e->rl.on_parking = lu_noop_parking_r;

@@ -128,6 +128,8 @@ static void check_order_then_flush_again(struct counting_flusher *f, struct perc
 	f->during_done = NULL;
 	assert_int_equal(perch_conn_write(c, "next", 4), 0);
 	assert_int_equal(perch_conn_try_flush_or_park(c, &next_flusher.l), PERCH_PENDING);
+	/* Re-flushing with the same listener stores a new cookie; this delivery keeps its own. */
+	assert_int_equal(f->last_cookie, 1);
 }
 
 static void flush_completion_disarms_takes_listener_releases_guard_then_signals(void **state)
@@ -148,6 +150,22 @@ static void flush_completion_disarms_takes_listener_releases_guard_then_signals(
 	fake_send_done(c, 0);
 	assert_int_equal(next_flusher.deliveries, 1);
 	assert_int_equal(f.deliveries, 1);
+}
+
+/* The same listener parked twice in a row: each delivery hands back its own park's cookie. */
+static void flush_delivery_carries_its_own_parks_cookie(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct counting_flusher f = COUNTING_FLUSHER;
+	assert_int_equal(perch_conn_write(c, "a", 1), 0);
+	assert_int_equal(perch_conn_try_flush_or_park(c, &f.l), PERCH_PENDING);
+	fake_send_done(c, 0);
+	assert_int_equal(f.last_cookie, 1);
+	assert_int_equal(perch_conn_write(c, "b", 1), 0);
+	assert_int_equal(perch_conn_try_flush_or_park(c, &f.l), PERCH_PENDING);
+	perch_conn_close(c);
+	assert_int_equal(f.last_cookie, 2);
+	assert_int_equal(f.last_result, -EPIPE);
 }
 
 static void large_write_spans_buffers_in_order(void **state)
@@ -200,6 +218,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(flush_of_staged_bytes_on_closed_conn_is_refused_and_drops_them, setup, teardown),
 		cmocka_unit_test_setup_teardown(error_fails_the_parked_flush_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(flush_completion_disarms_takes_listener_releases_guard_then_signals, setup, teardown),
+		cmocka_unit_test_setup_teardown(flush_delivery_carries_its_own_parks_cookie, setup, teardown),
 		cmocka_unit_test_setup_teardown(large_write_spans_buffers_in_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(bad_arguments_return_einval, setup, teardown),
 	};

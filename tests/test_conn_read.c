@@ -1,6 +1,9 @@
 /* tests/test_conn_read.c: the read slot, one path per test: served, parked, refused, marked, closed, canceled, EOF. */
 #include "config.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <perch.h>
 
 #include "conn_fixture.h"
@@ -192,6 +195,9 @@ static void advance_misuse_is_refused(void **state)
 	struct perch_conn *c = conn_of(state);
 	struct perch_read_result res;
 	assert_int_equal(perch_conn_advance(c, 0, 0), -EINVAL); /* no read yet */
+	struct counting_reader r = COUNTING_READER;
+	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, &res), PERCH_PENDING);
+	assert_int_equal(perch_conn_advance(c, 0, 0), -EBUSY); /* a read is parked */
 	fake_recv(c, "abc");
 	assert_int_equal(perch_conn_try_read(c, &res), 0);
 	assert_int_equal(perch_conn_advance(c, 2, 1), -EINVAL); /* consumed past examined */
@@ -228,6 +234,70 @@ static void conn_read_completes_its_own_value_task(void **state)
 	assert_int_equal(perch_vtask_status(h), -ESTALE);
 	perch_conn_close(c);
 	assert_int_equal(perch_vtask_status(h2), 0);
+}
+
+/* A reader whose delivery blocks until the test lets it go: the reader re-parks meanwhile. */
+struct slow_reader {
+	struct perch_recv_listener l;
+	uint32_t parks;
+	uint32_t entered;              /* on_recv_ready is running */
+	uint32_t let_go;
+	uint64_t cookies[4];
+	uint32_t deliveries;
+};
+
+static uint64_t slow_parking(struct perch_recv_listener *l, struct perch_conn *c)
+{
+	struct slow_reader *r = (struct slow_reader *)l;
+	return ++r->parks * 100; /* the park's own cookie */
+}
+
+static void slow_ready(struct perch_recv_listener *l, struct perch_conn *c, uint64_t cookie)
+{
+	struct slow_reader *r = (struct slow_reader *)l;
+	uint32_t n = perch__faa_u32(&r->deliveries, 1);
+	r->cookies[n & 3] = cookie;
+	perch__store_u32(&r->entered, 1);
+	while (n == 0 && !perch__load_u32(&r->let_go))
+		sched_yield();
+}
+
+struct recv_on_thread {
+	struct perch_conn *c;
+	const char *bytes;
+};
+
+static void *recv_on_thread_main(void *arg)
+{
+	struct recv_on_thread *rt = arg;
+	fake_recv(rt->c, rt->bytes);
+	return NULL;
+}
+
+/* The delivery of park 1, still running when the reader parks again, carries park 1's cookie. */
+static void late_delivery_carries_its_own_parks_cookie(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct slow_reader r = { { slow_parking, slow_ready }, 0, 0, 0, { 0 }, 0 };
+	struct perch_read_result res;
+	pthread_t th;
+	struct recv_on_thread rt = { c, "one" };
+	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, &res), PERCH_PENDING);
+	assert_int_equal(pthread_create(&th, NULL, recv_on_thread_main, &rt), 0);
+	while (!perch__load_u32(&r.entered))
+		sched_yield();
+	/* Park 1's delivery is in its callback; the slot is free again. */
+	assert_int_equal(perch_conn_try_read(c, &res), 0);
+	assert_int_equal(res.len, 3);
+	assert_int_equal(perch_conn_advance(c, 3, 3), 0);
+	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, &res), PERCH_PENDING);
+	perch__store_u32(&r.let_go, 1);
+	pthread_join(th, NULL);
+	assert_int_equal(r.deliveries, 1);
+	assert_int_equal(r.cookies[0], 100);
+	fake_recv(c, "two");
+	assert_int_equal(r.deliveries, 2);
+	assert_int_equal(r.cookies[1], 200);
 }
 
 static void bad_arguments_return_einval(void **state)
@@ -268,6 +338,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(examined_to_the_end_parks_the_next_read, setup, teardown),
 		cmocka_unit_test_setup_teardown(advance_misuse_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(conn_read_completes_its_own_value_task, setup, teardown),
+		cmocka_unit_test_setup_teardown(late_delivery_carries_its_own_parks_cookie, setup, teardown),
 		cmocka_unit_test_setup_teardown(bad_arguments_return_einval, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("conn_read", tests, NULL, NULL);

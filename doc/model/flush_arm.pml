@@ -3,17 +3,22 @@
  * try_flush_or_park, flush_closed_while_arming, complete_flush).
  *
  * Checks that every flush that returns PENDING is signalled exactly once, to
- * its own listener, that a flush that returned synchronously is never
- * signalled, and that a flush starting right after a completion let go of the
- * guard (while that completion is still delivering) is neither refused nor
- * signalled in the old one's place.  Sequential consistency: every statement is
- * one step of an interleaving (see flush_arm_tso.pml for x86 store buffering).
+ * its own listener and with its own park's cookie, that a flush that returned
+ * synchronously is never signalled, and that a flush starting right after a
+ * completion let go of the guard (while that completion is still delivering)
+ * is neither refused nor signalled in the old one's place, nor has its cookie
+ * handed to the old one.  Sequential consistency: every statement is one step
+ * of an interleaving (see flush_arm_tso.pml for x86 store buffering).
  *
  * Actors, all running at once and in every interleaving:
- *   Writer    flush #1 (listener A), then, as soon as it sees flush_busy == 0,
- *             flush #2 (listener B); each flush has bytes staged or not;
- *   Intruder  one flush from another thread (listener C), at any moment: it is
- *             either refused with -EBUSY or becomes a flush like the others;
+ *   Writer    flush #1 (FA), then, as soon as it sees flush_busy == 0, flush
+ *             #2 (FB); each flush has bytes staged or not.  Both flushes use
+ *             the writer's one listener W (as perch_conn_flush uses the
+ *             connection's self_flusher every time): only the cookie tells
+ *             the two parks apart;
+ *   Intruder  one flush from another thread (FC, listener C), at any moment:
+ *             it is either refused with -EBUSY or becomes a flush like the
+ *             others;
  *   Reactor   the loop: takes submitted sends from the inbox and completes
  *             them (perch__conn_send_done); a send that reaches a closed
  *             connection may be dropped (never submitted, no completion) or
@@ -22,22 +27,37 @@
  *             the weaker assumption, so it holds for either backend policy;
  *   Closer    conn close: sets closed, then runs the same completion.
  *
+ * Cookies: on_parking returns the park's cookie, here the flush's number
+ * (FA, FB, FC).  Step 4 stores it in flush_cookie (a plain store) before the
+ * listener and the arm; complete_flush loads it after taking the listener and
+ * before releasing the guard, then signals with it.
+ *
  * Every CAS / exchange is one atomic{} block; every plain load or store is one
- * statement.  Ghosts (busy_owner, published, readied, result, signals) only
- * record what happened.
+ * statement.  Ghosts (busy_owner, armed_by, took, handing, readied, result, signals)
+ * only record what happened; the protocol never reads them.
  *
  * @all-reached: check.sh requires pan to report no unreached state other than
  * assert(false), i.e. every branch of the protocol (each lost CAS and retry
  * included) runs in some interleaving - the model's proof that its races ran.
+ * One branch exists only as such a witness: a flush stores its cookie while
+ * the completion of an older park has loaded that park's cookie but not yet
+ * signalled (the race the order "load the cookie, then release the guard" is
+ * there for).  `handing` counts such completions (a ghost).
  *
  * Mutants: a *_broken_*.pml file #defines one MUT_* name and #includes this
  * file; each MUT_* block below is the one change that mutant makes.
  */
 
+/* flushes (and their cookies) */
 #define NONE 0
-#define LA   1                     /* flush #1 of the writer     */
-#define LB   2                     /* flush #2 of the writer     */
-#define LC   3                     /* the intruder's flush       */
+#define FA   1                     /* flush #1 of the writer     */
+#define FB   2                     /* flush #2 of the writer     */
+#define FC   3                     /* the intruder's flush       */
+
+/* listeners: the value stored in flush_listener */
+#define LW   4                     /* the writer's, for FA and FB */
+#define LC   5                     /* the intruder's              */
+#define LISTENER_OF(f) ((f) == FC -> LC : LW)
 
 /* what a flush returned */
 #define F_NONE     0
@@ -50,61 +70,91 @@
 bit  flush_busy;
 bit  flush_armed;
 byte flush_listener = NONE;
+byte flush_cookie;                 /* the parked flush's, stored before the arm */
 bit  closed;
-chan inbox = [3] of { byte };      /* sends handed to the loop */
+chan inbox = [3] of { bit };       /* sends handed to the loop */
 
-/* ---- ghosts, indexed by listener 1..3 ---- */
-byte busy_owner;                   /* flush holding the guard, NONE if free */
-bool readied[4];                   /* on_parking ran                        */
-bool published[4];                 /* its arm was published                 */
+/* ---- ghosts, indexed by flush 1..3 ---- */
+byte busy_owner;                   /* flush holding the guard, NONE if free  */
+byte armed_by;                     /* flush whose arm flush_armed holds      */
+bool readied[4];                   /* on_parking ran                         */
 byte result[4];
-byte signals[4];                   /* on_flush_done calls                   */
+byte signals[4];                   /* on_flush_done calls                    */
+byte handing;                      /* completions that loaded a cookie and have not signalled yet */
 bool writer_done;
 bool intruder_done;
 
-inline on_flush_done(l)
+/* listener->on_flush_done(l, c, cookie, result): the signal of flush `took` */
+inline on_flush_done(l, cookie, took)
 {
-	d_step {
-		assert(l != NONE);                 /* never a signal to nobody          */
-		assert(readied[l] && published[l]);
-		assert(result[l] != F_EBUSY && result[l] != F_DONE && result[l] != F_EPIPE);
-		signals[l]++;
-		assert(signals[l] == 1)
+	atomic {
+		handing--;
+		assert(l != NONE);                 /* never a signal to nobody           */
+		assert(took != NONE && l == LISTENER_OF(took));   /* to the flush's listener */
+		assert(cookie == took);            /* with that park's cookie, no other's */
+		assert(readied[took]);
+		assert(result[took] == F_NONE || result[took] == F_PENDING);
+		signals[took]++;
+		assert(signals[took] == 1)
 	}
 }
 
-inline release_guard()
+/* store flush_busy = 0, and record what the flush returns (ghost) */
+inline release_guard(me, r)
 {
-	d_step { flush_busy = 0; busy_owner = NONE }
+	d_step { flush_busy = 0; busy_owner = NONE; result[me] = r }
 }
 
 /*
  * The completion: send done (Reactor) or close (Closer, after closed = 1).
- * Disarm, take the listener, release the guard, then signal.
+ * Disarm, take the listener, load the cookie, release the guard, then signal.
  */
-inline complete_flush(old, l)
+inline complete_flush(old, l, cookie, took)
 {
 #ifdef MUT_RELEASE_BEFORE_DISARM
 	/* mutant: the guard is let go before the disarm */
-	release_guard();
+	d_step { flush_busy = 0; busy_owner = NONE };
 #endif
-	atomic { old = flush_armed; flush_armed = 0 }
+	atomic {
+		old = flush_armed; flush_armed = 0;
+		if
+		:: old -> took = armed_by; armed_by = NONE
+		:: else
+		fi
+	}
 	if
 	:: old == 0 -> skip                /* someone else disarmed it (or nothing armed) */
 	:: else ->
-		atomic { l = flush_listener; flush_listener = NONE };
-		assert(l != NONE);                 /* the arm always publishes a stored listener */
+		atomic {
+			l = flush_listener; flush_listener = NONE;
+			assert(l != NONE)          /* the arm always publishes a stored listener */
+		};
+#ifndef MUT_COOKIE_AFTER_GUARD
+		d_step { cookie = flush_cookie; handing++ };  /* before the guard lets a new flush store its own */
+#endif
 #ifndef MUT_RELEASE_BEFORE_DISARM
 		d_step {
-			assert(busy_owner == l);   /* the guard released is the signalled flush's */
+			assert(busy_owner == took);    /* the guard released is the signalled flush's */
 			flush_busy = 0; busy_owner = NONE
-		}
+		};
 #endif
-		on_flush_done(l)
+#ifdef MUT_COOKIE_AFTER_GUARD
+		/* mutant: the cookie is loaded after the guard is released */
+		d_step { cookie = flush_cookie; handing++ };
+#endif
+		on_flush_done(l, cookie, took)
 	fi
 }
 
-/* try_flush_or_park(conn, listener me) with `staged` bytes staged or not */
+/* the arm: an exchange in lib/conn.c (its old value is ignored there: it is
+   always 0, as the guard is held); under SC any store will do (flush_arm_tso.pml
+   shows why it must be locked on x86) */
+inline arm(me)
+{
+	atomic { assert(flush_armed == 0); flush_armed = 1; armed_by = me }
+}
+
+/* try_flush_or_park(conn, LISTENER_OF(me)) with `staged` bytes staged or not */
 inline try_flush(me, staged, ok, old, l)
 {
 	/* 1. take the guard */
@@ -112,63 +162,75 @@ inline try_flush(me, staged, ok, old, l)
 		if
 		:: flush_busy == 0 -> flush_busy = 1; busy_owner = me; ok = 1
 		:: else ->
-			/* refused only while another flush really holds the guard */
+			/* refused only while another flush really holds the guard;
+			   -EBUSY, and its listener untouched */
 			assert(busy_owner != NONE && busy_owner != me);
+			assert(!readied[me]);
+			result[me] = F_EBUSY;
 			ok = 0
 		fi
 	}
 	if
-	:: !ok -> d_step { assert(!readied[me]); result[me] = F_EBUSY }
+	:: !ok -> skip
 	:: ok && !staged ->
 		/* 2. nothing staged */
-		release_guard(); result[me] = F_DONE
+		release_guard(me, F_DONE)
 	:: ok && staged && closed ->
 		/* 3. closed: drop what is staged */
-		release_guard(); result[me] = F_EPIPE
+		release_guard(me, F_EPIPE)
 	:: ok && staged && !closed ->
-		/* 4. ready, store the listener, publish the arm */
-		readied[me] = 1;
+		/* 4. ready (on_parking returns the cookie), store the cookie, store the
+		   listener, publish the arm */
+		atomic {
+			readied[me] = 1; flush_cookie = me;
+			if
+			:: handing > 0 -> skip     /* witness: an older park's completion has its cookie, not yet signalled */
+			:: else -> skip
+			fi
+		}
 #ifdef MUT_LISTENER_AFTER_ARM
 		/* mutant: the arm is published before the listener it publishes */
-		d_step { flush_armed = 1; published[me] = 1 };
-		flush_listener = me;
+		arm(me);
+		flush_listener = LISTENER_OF(me);
 #else
-		flush_listener = me;
-		/* the arm: an exchange in lib/conn.c; under SC any store will do
-		   (flush_arm_tso.pml shows why it must be locked on x86) */
-		d_step { flush_armed = 1; published[me] = 1 };
+		flush_listener = LISTENER_OF(me);
+		arm(me);
 #endif
 		/* 4b. re-check closed */
 		if
 		:: closed ->
 #ifdef MUT_SKIP_RECHECK
 			/* mutant: no re-check, the send goes to the loop regardless */
-			inbox ! me;
-			result[me] = F_PENDING
+			d_step { inbox ! 1; result[me] = F_PENDING }
 #elif defined(MUT_RECHECK_BY_STORE)
 			/* mutant: the re-check takes the arm back with a plain store */
-			flush_armed = 0;
+			d_step { flush_armed = 0; armed_by = NONE };
 			flush_listener = NONE;
-			release_guard();
-			result[me] = F_EPIPE
+			release_guard(me, F_EPIPE)
 #else
-			atomic { old = flush_armed; flush_armed = 0 }
+			atomic {
+				old = flush_armed; flush_armed = 0;
+				if
+				:: old -> assert(armed_by == me); armed_by = NONE
+				:: else
+				fi
+			}
 			if
 			:: old == 1 ->
 				/* took our own arm back: -EPIPE now, the listener is not signalled */
-				atomic { l = flush_listener; flush_listener = NONE };
-				assert(l == me);
-				release_guard();
-				result[me] = F_EPIPE
+				atomic {
+					l = flush_listener; flush_listener = NONE;
+					assert(l == LISTENER_OF(me))
+				};
+				release_guard(me, F_EPIPE)
 			:: else ->
 				/* the close disarmed us and signals */
 				result[me] = F_PENDING
 			fi
 #endif
 		:: else ->
-			/* 5. hand the bytes to the loop */
-			inbox ! me;
-			result[me] = F_PENDING
+			/* 5. hand the bytes to the loop (an MPSC push) */
+			d_step { inbox ! 1; result[me] = F_PENDING }
 		fi
 	fi
 }
@@ -182,7 +244,7 @@ proctype Writer()
 	:: staged = 1
 	:: staged = 0
 	fi;
-	try_flush(LA, staged, ok, old, l);
+	try_flush(FA, staged, ok, old, l);
 
 	/* as soon as the guard is free (possibly while flush #1 is still being signalled) */
 	(flush_busy == 0);
@@ -190,7 +252,7 @@ proctype Writer()
 	:: staged = 1
 	:: staged = 0
 	fi;
-	try_flush(LB, staged, ok, old, l);
+	try_flush(FB, staged, ok, old, l);
 	writer_done = 1
 }
 
@@ -203,20 +265,20 @@ proctype Intruder()
 	:: staged = 1
 	:: staged = 0
 	fi;
-	try_flush(LC, staged, ok, old, l);
+	try_flush(FC, staged, ok, old, l);
 	intruder_done = 1
 }
 
 proctype Reactor()
 {
-	byte id, l;
-	bit old;
+	byte l, cookie, took;
+	bit old, send;
 
 	do
-	:: inbox ? id ->
+	:: inbox ? send ->
 		if
 		:: closed -> skip              /* loop policy A: drop a send on a closed conn */
-		:: true -> complete_flush(old, l)   /* send done (or its error) */
+		:: true -> complete_flush(old, l, cookie, took)   /* send done (or its error) */
 		fi
 	:: atomic { writer_done && intruder_done && len(inbox) == 0 } -> break
 	od
@@ -224,15 +286,15 @@ proctype Reactor()
 
 proctype Closer()
 {
-	byte l;
+	byte l, cookie, took;
 	bit old;
 
 	closed = 1;
-	complete_flush(old, l)
+	complete_flush(old, l, cookie, took)
 }
 
 init {
-	byte f = LA;
+	byte f = FA;
 
 	atomic {
 		run Writer();
@@ -248,7 +310,7 @@ init {
 	assert(flush_busy == 0 && flush_armed == 0 && flush_listener == NONE);
 
 	do
-	:: f <= LC ->
+	:: f <= FC ->
 		if
 		:: result[f] == F_PENDING -> assert(readied[f] && signals[f] == 1)
 		:: result[f] == F_EBUSY   -> assert(!readied[f] && signals[f] == 0)
@@ -261,5 +323,5 @@ init {
 
 	/* flush #2 started on a free guard: it is refused only if the intruder
 	   took the guard in between (checked at the refusal), never as "armed" */
-	assert(result[LB] != F_EBUSY || result[LC] != F_EBUSY)
+	assert(result[FB] != F_EBUSY || result[FC] != F_EBUSY)
 }

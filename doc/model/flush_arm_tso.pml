@@ -25,7 +25,8 @@
  * arm needs ck_pr_fence_atomic_load() before 4b's load there (no-op on x86).
  *
  * Store buffers are modelled only where they can change an outcome: the
- * writer's stores of step 4 (FIFO: flush_listener, then flush_armed).  The
+ * writer's stores of step 4 (FIFO: flush_cookie, flush_listener, then
+ * flush_armed).  The
  * other plain stores (flush_busy = 0) are followed by no load of another
  * protocol address before their thread's next locked instruction or return,
  * so buffering them is the same as performing them later, which the
@@ -39,6 +40,7 @@
 
 #define NONE 0
 #define LA   1
+#define COOKIE 7                   /* what the flush's on_parking returns */
 
 #define F_NONE     0
 #define F_EPIPE    3
@@ -48,11 +50,13 @@
 bit  flush_busy;
 bit  flush_armed;
 byte flush_listener = NONE;
+byte flush_cookie;
 bit  closed;
 chan inbox = [1] of { byte };
 
-/* ---- the writer's store buffer (FIFO of at most two entries) ---- */
-bool sb_listener;                  /* flush_listener = sb_listener_val pending */
+/* ---- the writer's store buffer (FIFO of at most three entries) ---- */
+bool sb_cookie;                    /* flush_cookie = COOKIE pending */
+bool sb_listener;                  /* flush_listener = sb_listener_val pending, behind the cookie */
 byte sb_listener_val;
 bool sb_armed;                     /* flush_armed = 1 pending, behind the listener */
 
@@ -66,6 +70,10 @@ byte done;
 /* commit the writer's buffered stores in order (inside a d_step / atomic) */
 #define DRAIN_WRITER \
 	if \
+	:: sb_cookie -> flush_cookie = COOKIE; sb_cookie = false \
+	:: else \
+	fi; \
+	if \
 	:: sb_listener -> flush_listener = sb_listener_val; sb_listener = false \
 	:: else \
 	fi; \
@@ -74,16 +82,17 @@ byte done;
 	:: else \
 	fi
 
-inline complete_flush(old, l)
+inline complete_flush(old, l, cookie)
 {
 	atomic { old = flush_armed; flush_armed = 0 }
 	if
 	:: old == 0 -> skip
 	:: else ->
 		atomic { l = flush_listener; flush_listener = NONE };
+		cookie = flush_cookie;         /* a plain load, before the guard is released */
 		flush_busy = 0;
 		d_step {
-			assert(l == LA && readied && result != F_EPIPE);
+			assert(l == LA && cookie == COOKIE && readied && result != F_EPIPE);
 			signals++;
 			assert(signals == 1)
 		}
@@ -102,14 +111,15 @@ proctype Writer()
 	:: closed -> flush_busy = 0; result = F_EPIPE; goto out
 	:: else
 	fi;
-	/* 4. ready, store the listener, publish the arm: both into the store buffer */
-	readied = true;
+	/* 4. ready (on_parking returns the cookie), store the cookie and the
+	   listener, publish the arm: plain stores go into the store buffer */
+	d_step { readied = true; sb_cookie = true };            /* plain store: buffered */
 	d_step { sb_listener_val = LA; sb_listener = true };   /* plain store: buffered */
 #ifdef MUT_ARM_BY_STORE
-	/* mutant: arm with a store-release: buffered behind the listener */
+	/* mutant: arm with a store-release: buffered behind the cookie and the listener */
 	sb_armed = true;
 #else
-	/* arm with an exchange: locked, drains the listener, then arms in memory */
+	/* arm with an exchange: locked, drains the cookie and the listener, then arms in memory */
 	d_step { DRAIN_WRITER; flush_armed = 1 };
 #endif
 	/* 4b. re-check closed (a plain load, from memory) */
@@ -137,14 +147,14 @@ out:
 
 proctype Reactor()
 {
-	byte id, l;
+	byte id, l, cookie;
 	bit old;
 
 	do
 	:: inbox ? id ->
 		if
 		:: closed -> skip              /* the loop drops a send on a closed conn */
-		:: true -> complete_flush(old, l)
+		:: true -> complete_flush(old, l, cookie)
 		fi
 	:: atomic { writer_done && len(inbox) == 0 } -> break
 	od;
@@ -153,11 +163,11 @@ proctype Reactor()
 
 proctype Closer()
 {
-	byte l;
+	byte l, cookie;
 	bit old;
 
 	closed = 1;
-	complete_flush(old, l);
+	complete_flush(old, l, cookie);
 	done++
 }
 
@@ -165,8 +175,9 @@ proctype Drainer()
 {
 end:
 	do
-	:: d_step { sb_listener -> flush_listener = sb_listener_val; sb_listener = false }
-	:: d_step { !sb_listener && sb_armed -> flush_armed = 1; sb_armed = false }
+	:: d_step { sb_cookie -> flush_cookie = COOKIE; sb_cookie = false }
+	:: d_step { !sb_cookie && sb_listener -> flush_listener = sb_listener_val; sb_listener = false }
+	:: d_step { !sb_cookie && !sb_listener && sb_armed -> flush_armed = 1; sb_armed = false }
 	od
 }
 

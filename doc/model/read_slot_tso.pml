@@ -27,7 +27,12 @@
  * Store buffers are modelled only where they can change an outcome: the
  * completers' publication.  Every other shared write in the protocol is a
  * locked read-modify-write on the slot, which x86 executes against memory
- * after draining the buffer.  A buffered store is committed by the Drainer at
+ * after draining the buffer, except the read's plain store of read_cookie.
+ * That store is followed by no load before the read's publish CAS, a locked
+ * instruction that drains it, so buffering it is the same as performing it
+ * just before the CAS: the model performs it at once.  The completion loads
+ * read_cookie only after its CAS took the listener to DELIVERING, so it reads
+ * the parked read's cookie.  A buffered store is committed by the Drainer at
  * any moment, and at the latest when its owner runs a locked instruction.
  *
  * Actors: Reader (one read, listener L), Completer(BYTES), Completer(CLOSE),
@@ -37,7 +42,9 @@
 #define EMPTY         0
 #define CLAIM         1
 #define CLAIM_MARKED  2
-#define L             3
+#define DELIVERING    3
+#define L             4
+#define COOKIE        7            /* what the read's on_parking returns */
 
 #define R_NONE     0
 #define R_SYNC     2
@@ -48,6 +55,7 @@
 
 /* ---- memory ---- */
 byte read_waiter = EMPTY;
+byte read_cookie;
 bool data_avail;
 bool closed;
 
@@ -91,7 +99,8 @@ proctype Reader()
 	:: else
 	fi;
 
-	readied = true;
+	/* on_parking (a ghost) returns the cookie; a plain store under the claim */
+	d_step { readied = true; read_cookie = COOKIE };
 
 	atomic {
 		if
@@ -112,7 +121,7 @@ out:
 
 proctype Completer(byte k)
 {
-	byte w;
+	byte w, cookie;
 	bool ok;
 
 #ifdef MUT_PUBLISH_BY_STORE
@@ -128,6 +137,7 @@ proctype Completer(byte k)
 		if
 		:: w == EMPTY -> break
 		:: w == CLAIM_MARKED -> break
+		:: w == DELIVERING -> break
 		:: w == CLAIM ->
 			atomic {                   /* locked: drains this CPU's buffer first */
 				COMMIT(k);
@@ -144,19 +154,22 @@ proctype Completer(byte k)
 			atomic {
 				COMMIT(k);
 				if
-				:: read_waiter == L -> read_waiter = EMPTY; ok = true
+				:: read_waiter == L -> read_waiter = DELIVERING; ok = true
 				:: else -> ok = false
 				fi
 			}
 			if
 			:: ok ->
+				cookie = read_cookie;      /* a plain load, from memory */
+				atomic { assert(read_waiter == DELIVERING); read_waiter = EMPTY };
 				d_step {
 					assert(readied && result != R_SYNC);
+					assert(cookie == COOKIE);
 					deliveries++;
 					assert(deliveries == 1)
 				}
 				break
-			:: else
+			:: else -> break
 			fi
 		fi
 	od;

@@ -45,29 +45,38 @@ struct perch_read_result {
 };
 
 /*
- * A reader that parks on the connection. perch calls on_parking on the
- * reading thread, past every guard, only when the read really parks (never
- * for a read served at once or one refused); then, exactly once per park,
- * on_recv_ready on whichever thread delivered (the loop, or the thread that
- * closed or canceled). Neither may block. on_recv_ready may read again, and
- * park again, from inside itself.
+ * A reader that parks on the connection.
+ *
+ * on_parking runs on the reading thread, past every guard, when the read is
+ * about to park, and returns a cookie (an adapter returns its value-task
+ * token). If a completion lands while it runs, the read is served at once
+ * instead and no delivery follows (the readied task is simply not awaited).
+ * Otherwise on_recv_ready runs exactly once for this park, on whichever
+ * thread delivered (the loop, or the thread that closed or canceled), and
+ * hands the park's cookie back: a delivery of an older park can therefore
+ * never be mistaken for the current one. A wake may bring nothing the
+ * reader has not seen (two completions can both target one park); read
+ * again, and park again, from inside on_recv_ready if so. Neither callback
+ * may block.
  */
 struct perch_recv_listener {
-	void (*on_parking)(struct perch_recv_listener *self, struct perch_conn *c);
-	void (*on_recv_ready)(struct perch_recv_listener *self, struct perch_conn *c);
+	uint64_t (*on_parking)(struct perch_recv_listener *self, struct perch_conn *c);
+	void (*on_recv_ready)(struct perch_recv_listener *self, struct perch_conn *c,
+			      uint64_t cookie);
 };
 
 /*
- * A writer that parks a flush on the connection. on_parking as above; then
- * exactly once per park on_flush_done with 0 (every flushed byte taken by
- * the kernel) or a negative errno (-EPIPE closed, or the send's error).
- * When on_flush_done runs, the flush guard is already released: it may
- * stage and flush again from inside itself.
+ * A writer that parks a flush on the connection. on_parking as above (it
+ * runs only when the flush arms); then exactly once per park on_flush_done
+ * with the park's cookie and 0 (every flushed byte taken by the kernel) or
+ * a negative errno (-EPIPE closed, or the send's error). When on_flush_done
+ * runs, the flush guard is already released: it may stage and flush again
+ * from inside itself.
  */
 struct perch_flush_listener {
-	void (*on_parking)(struct perch_flush_listener *self, struct perch_conn *c);
+	uint64_t (*on_parking)(struct perch_flush_listener *self, struct perch_conn *c);
 	void (*on_flush_done)(struct perch_flush_listener *self, struct perch_conn *c,
-			      int result);
+			      uint64_t cookie, int result);
 };
 
 /* ---- Reading: one reader at a time, from any thread. ---- */
@@ -85,15 +94,16 @@ PERCH_API int perch_conn_try_read_or_park(struct perch_conn *c,
 
 /*
  * Takes a snapshot without parking. Returns 0 with *out filled, -EAGAIN
- * when nothing new is there, -EBUSY while a read is parked, -EINVAL.
+ * when nothing new is there, -EBUSY while a read is parked (or its
+ * delivery is being handed over), -EINVAL.
  */
 PERCH_API int perch_conn_try_read(struct perch_conn *c, struct perch_read_result *out);
 
 /*
  * The connection's own read: perch_conn_try_read_or_park with the
  * connection as its listener. On PERCH_PENDING, *task is the value task
- * that completes (with the number of readable bytes, or 0 for a final
- * state) when the read is ready; then call perch_conn_try_read.
+ * that completes (with 0) when the read is ready; then call
+ * perch_conn_try_read.
  */
 PERCH_API int perch_conn_read(struct perch_conn *c, struct perch_read_result *out,
 			      struct perch_vtask_handle *task);
@@ -103,7 +113,7 @@ PERCH_API int perch_conn_read(struct perch_conn *c, struct perch_read_result *ou
  * (the next read parks until bytes beyond them arrive), both counted from
  * the start of the last result. Returns 0, or -EINVAL when consumed >
  * examined, examined goes past the unconsumed bytes, or examined moves
- * back before an earlier examined position.
+ * back before an earlier examined position; -EBUSY while a read is parked.
  */
 PERCH_API int perch_conn_advance(struct perch_conn *c, size_t consumed, size_t examined);
 
@@ -127,7 +137,8 @@ PERCH_API int perch_conn_write(struct perch_conn *c, const void *data, size_t le
  * took them all. Returns 0 when nothing was staged (an earlier flush's
  * result stays readable); PERCH_PENDING when parked; -EBUSY while another
  * flush is in progress (it is untouched); -EPIPE when closed (staged bytes
- * are dropped; listener untouched); -EINVAL.
+ * are dropped; the listener is not signalled, though on_parking may have
+ * run when the close landed while the flush was arming); -EINVAL.
  */
 PERCH_API int perch_conn_try_flush_or_park(struct perch_conn *c,
 					   struct perch_flush_listener *listener);
@@ -143,7 +154,8 @@ PERCH_API int perch_conn_flush(struct perch_conn *c, struct perch_vtask_handle *
 /*
  * Closes the connection: a parked read gets a closed result and a parked
  * flush -EPIPE, each exactly once; later reads return closed at once, later
- * writes and flushes -EPIPE. Idempotent. Returns 0 or -EINVAL.
+ * writes and flushes of staged bytes -EPIPE. Idempotent. Returns 0 or
+ * -EINVAL.
  */
 PERCH_API int perch_conn_close(struct perch_conn *c);
 
