@@ -40,6 +40,14 @@ struct uring {
 	uint32_t ring_free;          /* buffers in the ring now */
 	struct perch__sock *park_head, *park_tail; /* ENOBUFS, FIFO: first parked, first served */
 	uint64_t wake_val;
+	struct cqe_copy *backlog;    /* CQEs taken off a full CQ to free it, not yet dispatched */
+	size_t nbacklog, capbacklog;
+};
+
+struct cqe_copy {
+	uint64_t ud;
+	int res;
+	uint32_t flags;
 };
 
 static struct uring *st_of(struct perch_loop *loop)
@@ -47,12 +55,61 @@ static struct uring *st_of(struct perch_loop *loop)
 	return loop->be_state;
 }
 
-/* An SQE, flushing the queue when it is full (the loop thread owns the ring). */
+static int enable_ring(struct uring *u)
+{
+	/* liburing 2.3 declares io_uring_enable_rings but does not export it. */
+	int rc = (int)syscall(__NR_io_uring_register, u->ring.ring_fd, IORING_REGISTER_ENABLE_RINGS,
+			      NULL, 0);
+	if (rc < 0)
+		return -errno;
+	u->needs_enable = false;
+	return 0;
+}
+
+/*
+ * Moves every CQE ready into the backlog (in order, behind what is there)
+ * without dispatching it: handlers are not re-entered, and the CQ has room
+ * again. Returns how many moved.
+ */
+static unsigned stash_cqes(struct uring *u)
+{
+	struct io_uring_cqe *cqe;
+	unsigned head, n = 0;
+	io_uring_for_each_cqe(&u->ring, head, cqe) {
+		if (u->nbacklog == u->capbacklog) {
+			size_t cap = u->capbacklog ? u->capbacklog * 2 : 256;
+			struct cqe_copy *b = realloc(u->backlog, cap * sizeof(*b));
+			if (!b)
+				break; /* left in the CQ: the kernel keeps overflow, nothing is lost */
+			u->backlog = b;
+			u->capbacklog = cap;
+		}
+		u->backlog[u->nbacklog++] = (struct cqe_copy){ cqe->user_data, cqe->res, cqe->flags };
+		n++;
+	}
+	io_uring_cq_advance(&u->ring, n);
+	return n;
+}
+
+/*
+ * An SQE, flushing the queue when it is full (the loop thread owns the
+ * ring). A submit can be refused while the CQ is full (-EBUSY) or short
+ * of memory (-EAGAIN); then the CQ is emptied into the backlog and the
+ * kernel's task work is run, so the next submit can proceed.
+ */
 static struct io_uring_sqe *sqe_get(struct uring *u)
 {
 	struct io_uring_sqe *sqe;
-	while (!(sqe = io_uring_get_sqe(&u->ring)))
-		io_uring_submit(&u->ring);
+	/* Work posted before the first poll reaches here first: bind the ring to this thread now. */
+	if (u->needs_enable)
+		enable_ring(u);
+	while (!(sqe = io_uring_get_sqe(&u->ring))) {
+		if (io_uring_submit(&u->ring) > 0)
+			continue;
+		stash_cqes(u);
+		io_uring_get_events(&u->ring);
+		stash_cqes(u);
+	}
 	return sqe;
 }
 
@@ -135,12 +192,17 @@ static int buf_ring_setup(struct uring *u, uint32_t count, uint32_t size)
 	return 0;
 }
 
-static void arm_wake(struct perch_loop *loop)
+static void prep_wake(struct perch_loop *loop, struct io_uring_sqe *sqe)
 {
 	struct uring *u = st_of(loop);
-	struct io_uring_sqe *sqe = sqe_get(u);
 	io_uring_prep_read(sqe, loop->wake_fd, &u->wake_val, sizeof(u->wake_val), 0);
 	io_uring_sqe_set_data64(sqe, (uint64_t)OP_WAKE << 56);
+}
+
+/* Loop thread. */
+static void arm_wake(struct perch_loop *loop)
+{
+	prep_wake(loop, sqe_get(st_of(loop)));
 }
 
 static void uring_destroy(struct perch_loop *loop)
@@ -150,6 +212,7 @@ static void uring_destroy(struct perch_loop *loop)
 		return;
 	/* Exiting the ring cancels what is left; the buffers go after it. */
 	io_uring_queue_exit(&u->ring);
+	free(u->backlog);
 	free(u->br);
 	free(u->bufs);
 	free(u->segs);
@@ -173,7 +236,8 @@ static int uring_init(struct perch_loop *loop, const struct perch_loop_opts *opt
 		uring_destroy(loop);
 		return rc;
 	}
-	arm_wake(loop);
+	/* On the creating thread: the SQ is empty, and sqe_get would bind the ring to this thread. */
+	prep_wake(loop, io_uring_get_sqe(&u->ring));
 	return 0;
 }
 
@@ -410,17 +474,6 @@ static void dispatch(struct perch_loop *loop, uint64_t ud, int res, uint32_t fla
 	}
 }
 
-static int enable_ring(struct uring *u)
-{
-	/* liburing 2.3 declares io_uring_enable_rings but does not export it. */
-	int rc = (int)syscall(__NR_io_uring_register, u->ring.ring_fd, IORING_REGISTER_ENABLE_RINGS,
-			      NULL, 0);
-	if (rc < 0)
-		return -errno;
-	u->needs_enable = false;
-	return 0;
-}
-
 static int uring_poll(struct perch_loop *loop, int timeout_ms)
 {
 	struct uring *u = st_of(loop);
@@ -428,6 +481,8 @@ static int uring_poll(struct perch_loop *loop, int timeout_ms)
 	if (u->needs_enable && (rc = enable_ring(u)) != 0)
 		return rc;
 	struct io_uring_cqe *cqe;
+	if (u->nbacklog)
+		timeout_ms = 0; /* completions are waiting already: do not sleep */
 	if (timeout_ms < 0) {
 		rc = io_uring_submit_and_wait(&u->ring, 1);
 	} else if (timeout_ms == 0) {
@@ -439,25 +494,36 @@ static int uring_poll(struct perch_loop *loop, int timeout_ms)
 	}
 	if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
 		return rc;
-	/* Copy out, then advance, then dispatch: handlers submit, which may post more CQEs. */
+	/*
+	 * Copy out, then advance, then dispatch: handlers submit, which may
+	 * post more CQEs (and sqe_get may stash some in the backlog). The
+	 * backlog is always older than what is still in the CQ, so it goes
+	 * first: per-socket order (recv data) is kept.
+	 */
 	int seen = 0;
 	for (int batch = 0; batch < MAX_BATCHES; batch++) {
+		if (u->nbacklog) {
+			struct cqe_copy *b = u->backlog;
+			size_t n = u->nbacklog;
+			u->backlog = NULL;
+			u->nbacklog = u->capbacklog = 0;
+			for (size_t i = 0; i < n; i++)
+				dispatch(loop, b[i].ud, b[i].res, b[i].flags);
+			free(b);
+			seen += (int)n;
+			continue;
+		}
 		struct io_uring_cqe *cqes[CQE_BATCH];
-		struct { uint64_t ud; int res; uint32_t flags; } got[CQE_BATCH];
+		struct cqe_copy got[CQE_BATCH];
 		unsigned n = io_uring_peek_batch_cqe(&u->ring, cqes, CQE_BATCH);
 		if (n == 0)
 			break;
-		for (unsigned i = 0; i < n; i++) {
-			got[i].ud = cqes[i]->user_data;
-			got[i].res = cqes[i]->res;
-			got[i].flags = cqes[i]->flags;
-		}
+		for (unsigned i = 0; i < n; i++)
+			got[i] = (struct cqe_copy){ cqes[i]->user_data, cqes[i]->res, cqes[i]->flags };
 		io_uring_cq_advance(&u->ring, n);
 		for (unsigned i = 0; i < n; i++)
 			dispatch(loop, got[i].ud, got[i].res, got[i].flags);
 		seen += (int)n;
-		if (n < CQE_BATCH)
-			break;
 	}
 	return seen;
 }

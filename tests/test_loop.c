@@ -165,6 +165,25 @@ static void ten_thousand_connections_open_and_close_without_leaking_fds(void **s
 	assert_int_equal(lu_count_fds(), fds_before);
 }
 
+static void connects_beyond_the_submission_queue_all_complete(void **state)
+{
+	enum { N = 512 };
+	/* Eight SQEs and a CQ of sixteen for 512 connects posted at once (and their 512 accepts). */
+	struct perch_loop_opts tiny = { .sq_entries = 8 };
+	struct server s;
+	server_start(&s, &tiny, NULL, "127.0.0.1");
+	struct churn k = { 0 };
+	sem_init(&k.batch, 0, 0);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(perch_connect(s.l.loop, "127.0.0.1", s.port, NULL, churn_connected, &k), 0);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(lu_sem_wait(&k.batch, LU_TIMEOUT_MS), 0);
+	assert_int_equal(k.connected, N);
+	assert_true(wait_u32(&s.stats.ended, N));
+	assert_int_equal(lu_stop(&s.l), 0);
+	sem_destroy(&k.batch);
+}
+
 /* A plain-socket writer on its own thread. */
 struct writer {
 	int fd;
@@ -577,6 +596,7 @@ int main(void)
 		cmocka_unit_test(echo_with_singleshot_recv),
 		cmocka_unit_test(echo_over_ipv6),
 		cmocka_unit_test(ten_thousand_connections_open_and_close_without_leaking_fds),
+		cmocka_unit_test(connects_beyond_the_submission_queue_all_complete),
 		cmocka_unit_test(burst_of_2mib_then_fin_is_read_completely_before_eof),
 		cmocka_unit_test(write_of_1mib_then_rst_surfaces_the_error_after_the_delivered_bytes),
 		cmocka_unit_test(stalled_reader_pauses_multishot_recv_and_resuming_delivers_everything_in_order),
