@@ -5,7 +5,8 @@
 
 extern const struct race_def race_read_vs_bytes, race_read_vs_close, race_two_reads,
 	race_same_listener, race_cancel_vs_bytes, race_flush_vs_completion, race_flush_vs_close,
-	race_vtask_register_vs_complete;
+	race_vtask_register_vs_complete,
+	race_loop_read_vs_close, race_loop_flush_vs_close;
 
 int main(int argc, char **argv)
 {
@@ -18,6 +19,8 @@ int main(int argc, char **argv)
 		&race_flush_vs_completion,
 		&race_flush_vs_close,
 		&race_vtask_register_vs_complete,
+		&race_loop_read_vs_close,
+		&race_loop_flush_vs_close,
 	};
 	return race_main(argc, argv, all, (int)(sizeof(all) / sizeof(all[0])));
 }

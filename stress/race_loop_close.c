@@ -1,0 +1,304 @@
+/* stress/race_loop_close.c: end-to-end races on real loopback connections: an off-loop read or flush against close. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../tests/loop_util.h"
+#include "race_conn.h"
+
+/*
+ * Close is final, so each round needs a fresh connection. They come from a
+ * pool filled in batches (connects on the loop, their accepted peers kept
+ * open until the batch is used up), so a round costs one close, not a
+ * handshake. The loop runs on its own thread: both actors are off it.
+ *
+ * Judging is in two parts. Right after the round: what the actors saw.
+ * When the batch is used up: the loop's part, once it has finished with
+ * every connection of the batch (each socket left the table, each send got
+ * its send_done), so a late or second delivery from the loop is counted
+ * against its round. Waiting for the loop each round would cost a wake
+ * round trip per round (about 250 us here); per batch it is one wait.
+ */
+#define POOL 512
+#define FINALIZE_WAIT_MS 2000
+
+struct lc_state {
+	struct lu_loop l;
+	struct perch_listener *ls;
+	int port;
+	struct perch_conn *pool[POOL];
+	uint32_t connected;            /* pool entries filled by the connect callbacks */
+	struct perch_conn *peers[POOL];
+	uint32_t accepted;
+	uint32_t next;                 /* the pool entry the next round takes */
+	struct perch_conn *c;          /* this round's connection */
+	uint32_t at;                   /* its pool index */
+	struct task_reader readers[POOL];    /* each round's listener lives until its batch is judged */
+	struct counting_flusher flushers[POOL];
+	int rcs[POOL];
+	uint64_t rounds[POOL];
+	bool flush_race;
+	struct race *race;             /* for the batch judgement (set by the judge) */
+	struct perch_read_result res;
+	int rc;
+};
+
+static bool judge_late(struct race *r, struct lc_state *s, uint32_t i);
+
+static void lc_accept(struct perch_listener *ls, struct perch_conn *c, void *arg)
+{
+	struct lc_state *s = arg;
+	uint32_t i = perch__load_u32(&s->accepted);
+	s->peers[i] = c;
+	perch__store_u32(&s->accepted, i + 1);
+}
+
+static void lc_connected(struct perch_loop *loop, struct perch_conn *c, int result, void *arg)
+{
+	struct lc_state *s = arg;
+	if (result != 0) {
+		fprintf(stderr, "race_loop_close: connect failed: %d\n", result);
+		abort();
+	}
+	uint32_t i = perch__load_u32(&s->connected);
+	s->pool[i] = c;
+	perch__store_u32(&s->connected, i + 1);
+}
+
+static void wait_count(uint32_t *counter, uint32_t want)
+{
+	unsigned spins = 0;
+	while (perch__load_u32(counter) < want)
+		race_spin_pause(&spins);
+}
+
+static void release_peers(struct lc_state *s)
+{
+	for (uint32_t i = 0; i < perch__load_u32(&s->accepted); i++)
+		perch_conn_release(s->peers[i]);
+	perch__store_u32(&s->accepted, 0);
+}
+
+/* The loop's part of each round of the batch: see judge_late. */
+static void judge_batch(struct lc_state *s)
+{
+	for (uint32_t i = 0; i < s->next && s->race; i++) {
+		if (!judge_late(s->race, s, i))
+			continue; /* leaked on purpose: freeing it could race the loop */
+		perch_conn_release(s->pool[i]);
+	}
+}
+
+static void refill(struct lc_state *s)
+{
+	judge_batch(s);
+	release_peers(s);
+	perch__store_u32(&s->connected, 0);
+	for (int i = 0; i < POOL; i++)
+		if (perch_connect(s->l.loop, "127.0.0.1", s->port, NULL, lc_connected, s) != 0)
+			abort();
+	wait_count(&s->connected, POOL);
+	wait_count(&s->accepted, POOL);
+	s->next = 0;
+}
+
+static void *lc_create(void)
+{
+	struct lc_state *s = calloc(1, sizeof(*s));
+	if (lu_start(&s->l, NULL) != 0 ||
+	    perch_listen(s->l.loop, "127.0.0.1", 0, NULL, lc_accept, s, &s->ls) != 0) {
+		fprintf(stderr, "race_loop_close: no loop or listener\n");
+		abort();
+	}
+	s->port = perch_listener_port(s->ls);
+	s->next = POOL;
+	return s;
+}
+
+static void lc_destroy(void *p)
+{
+	struct lc_state *s = p;
+	judge_batch(s);
+	for (uint32_t i = s->next; i < POOL; i++)
+		perch_conn_release(s->pool[i]);
+	release_peers(s);
+	lu_stop(&s->l);
+	free(s);
+}
+
+/*
+ * Does a little work, then readies the task, as an adapter's on_parking
+ * would: the claim is held meanwhile, which is the window a close can mark.
+ * (Typed after task_reader_parking, whatever on_parking returns.)
+ */
+static __typeof__(task_reader_parking(NULL, NULL)) lc_reader_parking(struct perch_recv_listener *l,
+								     struct perch_conn *c)
+{
+	race_busy_work();
+	return task_reader_parking(l, c);
+}
+
+static void lc_setup(void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	if (s->next == POOL)
+		refill(s);
+	s->at = s->next++;
+	s->c = s->pool[s->at];
+	task_reader_reset(&s->readers[s->at]);
+	s->readers[s->at].l.on_parking = lc_reader_parking;
+	s->flushers[s->at] = (struct counting_flusher)COUNTING_FLUSHER;
+	s->rounds[s->at] = round;
+	memset(&s->res, 0, sizeof(s->res));
+	s->rc = 0;
+}
+
+static void lc_setup_staged(void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	lc_setup(p, round);
+	s->flush_race = true;
+	perch_conn_write(s->c, "x", 1);
+}
+
+static void read_off_loop(void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	s->rc = perch_conn_try_read_or_park(s->c, &s->readers[s->at].l, &s->res);
+}
+
+static void flush_off_loop(void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	s->rc = perch_conn_try_flush_or_park(s->c, &s->flushers[s->at].l);
+}
+
+static void close_off_loop(void *p, uint64_t round)
+{
+	perch_conn_close(((struct lc_state *)p)->c);
+}
+
+/*
+ * The loop has finished with a connection when only the caller's reference
+ * is left: the socket left the table and every send handed over got its
+ * send_done. False when that never happened.
+ */
+static bool loop_finished(struct race *r, struct perch_conn *c, uint64_t round)
+{
+	unsigned spins = 0;
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (perch__load_u32(&c->refs) != 1) {
+		race_spin_pause(&spins);
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > FINALIZE_WAIT_MS) {
+			race_fail(r, round, "the loop never finished with the connection (%u references left)",
+				  perch__load_u32(&c->refs));
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Once the loop is done: still exactly one delivery; a read sees only "closed". */
+static bool judge_late(struct race *r, struct lc_state *s, uint32_t i)
+{
+	uint64_t round = s->rounds[i];
+	if (!loop_finished(r, s->pool[i], round))
+		return false;
+	if (s->flush_race) {
+		struct counting_flusher *f = &s->flushers[i];
+		uint32_t want = s->rcs[i] == PERCH_PENDING ? 1 : 0;
+		if (f->deliveries != want)
+			race_fail(r, round, "flush (rc %d) delivered %u times once the loop finished",
+				  s->rcs[i], f->deliveries);
+		else if (want)
+			race_branch(r, f->last_result == 0 ? 2 : 1);
+		return true;
+	}
+	struct perch_read_result after;
+	uint32_t want = s->rcs[i] == PERCH_PENDING ? 1 : 0;
+	if (s->readers[i].deliveries != want || perch_conn_try_read(s->pool[i], &after) != 0 ||
+	    !after.closed || after.completed || after.error)
+		race_fail(r, round, "once the loop finished: %u deliveries, completed=%d error=%d",
+			  s->readers[i].deliveries, after.completed, after.error);
+	return true;
+}
+
+static bool judge_read_vs_close(struct race *r, void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	struct task_reader *rd = &s->readers[s->at];
+	s->race = r;
+	s->rcs[s->at] = s->rc;
+	if (s->rc == 0) {
+		race_branch(r, 0);
+		if (rd->deliveries != 0 || !s->res.closed) {
+			race_fail(r, round, "served at once (closed=%d) and delivered %u times", s->res.closed,
+				  rd->deliveries);
+			return false;
+		}
+		return true;
+	}
+	if (s->rc != PERCH_PENDING) {
+		race_fail(r, round, "read returned %d", s->rc);
+		return false;
+	}
+	race_branch(r, rd->delivered_by == 1 ? 1 : 2);
+	if (rd->deliveries != 1 || !task_reader_woke(rd)) {
+		race_fail(r, round, "parked read delivered %u times", rd->deliveries);
+		return false;
+	}
+	return true;
+}
+
+static bool judge_flush_vs_close(struct race *r, void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	struct counting_flusher *f = &s->flushers[s->at];
+	s->race = r;
+	s->rcs[s->at] = s->rc;
+	if (s->rc == -EPIPE) {
+		race_branch(r, 0);
+		if (f->deliveries != 0) {
+			race_fail(r, round, "refused with -EPIPE and delivered %u times", f->deliveries);
+			return false;
+		}
+		return true;
+	}
+	if (s->rc != PERCH_PENDING) {
+		race_fail(r, round, "flush returned %d", s->rc);
+		return false;
+	}
+	/*
+	 * Delivered by close (-EPIPE) or by the loop's send completion (0),
+	 * which may still be running: only the count is read now; which one
+	 * delivered is counted when the batch is judged.
+	 */
+	uint32_t d = perch__load_u32(&f->deliveries);
+	if (d == 0)
+		race_branch(r, 3);
+	if (d > 1) {
+		race_fail(r, round, "parked flush delivered %u times", d);
+		return false;
+	}
+	return true;
+}
+
+const struct race_def race_loop_read_vs_close = {
+	.name = "loop_close: off-loop read races close",
+	.actors = 2, .create = lc_create, .destroy = lc_destroy, .setup = lc_setup,
+	.actor = { read_off_loop, close_off_loop }, .judge = judge_read_vs_close,
+	.branch_names = { "served at once (closed)", "parked, close delivered",
+			  "parked, delivered on the reader's thread" },
+};
+
+const struct race_def race_loop_flush_vs_close = {
+	.name = "loop_close: off-loop flush races close",
+	.actors = 2, .create = lc_create, .destroy = lc_destroy, .setup = lc_setup_staged,
+	.actor = { flush_off_loop, close_off_loop }, .judge = judge_flush_vs_close,
+	.branch_names = { "refused at once (-EPIPE)", "parked, close signalled -EPIPE",
+			  "parked, the send completed first",
+			  "parked, unsignalled when the round ended" },
+};
