@@ -413,6 +413,12 @@ static void on_recv(struct uring *u, struct perch__sock *s, int res, uint32_t fl
 		if (!s->closing && !(s->bk_flags & F_PARKED)) {
 			park(u, s);
 			s->loop->stats.enobufs_parks++;
+			/*
+			 * Buffers may have come back between the kernel's try and
+			 * this CQE (released earlier in this batch): then no later
+			 * release would wake the connection. Serve the list now.
+			 */
+			serve_parked(u);
 		}
 		return;
 	} else if (res < 0 && res != -ECANCELED && res != -EINTR)
