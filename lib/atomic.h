@@ -77,16 +77,6 @@ static inline void perch__cpu_relax(void) { __builtin_ia32_pause(); }
 /* Every operation is seq_cst here already. */
 static inline void perch__fence_rmw_then_load(void) {}
 
-#ifdef PERCH_TSAN
-/* Handoffs made through ck structures that TSan cannot see (ck_fifo). */
-void __tsan_acquire(void *addr);
-void __tsan_release(void *addr);
-#define perch__tsan_acquire(a) __tsan_acquire((void *)(a))
-#define perch__tsan_release(a) __tsan_release((void *)(a))
-#else
-#define perch__tsan_acquire(a) ((void)(a))
-#define perch__tsan_release(a) ((void)(a))
-#endif
 
 #else /* ck_pr */
 
@@ -179,9 +169,6 @@ static inline void perch__cpu_relax(void) { ck_pr_stall(); }
  * lock-prefixed operations are full barriers; ck's LL/SC ones are not.
  */
 static inline void perch__fence_rmw_then_load(void) { ck_pr_fence_atomic_load(); }
-
-#define perch__tsan_acquire(a) ((void)(a))
-#define perch__tsan_release(a) ((void)(a))
 
 #endif /* PERCH_ATOMIC_BUILTINS */
 

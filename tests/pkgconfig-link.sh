@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/pkgconfig-link.sh [BUILD_DIR]: installs perch from BUILD_DIR (default build/) into a
 # temporary directory, links a small program against it with `pkg-config --static`, runs it,
-# and checks that libperch.a defines no global symbol outside the perch_ namespace.
+# checks the headers in strict C and C++, and that libperch.a defines no global symbol outside
+# the perch_ namespace.
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 tmp=$(mktemp -d)
@@ -28,6 +29,15 @@ echo "pkg-config --static --cflags --libs perch: $flags"
 gcc -Wall -Werror -o "$tmp/prog" "$tmp/prog.c" $flags
 "$tmp/prog"
 echo "linked through pkg-config and ran: ok"
+
+# The public headers hold in strict ISO C and in C++ (extern "C", nothing GNU-only).
+for std in c99 c11; do
+	gcc -std=$std -pedantic -Wall -Werror -o "$tmp/prog-$std" "$tmp/prog.c" $flags
+done
+cp "$tmp/prog.c" "$tmp/prog.cpp"
+g++ -std=c++17 -Wall -Werror -o "$tmp/prog-cxx" "$tmp/prog.cpp" $flags
+"$tmp/prog-cxx"
+echo "headers compile as -std=c99/c11 -pedantic and as C++, and link: ok"
 
 offenders=$(nm -g --defined-only "$lib" | awk 'NF == 3 && $3 !~ /^perch_/ { print $3 }')
 if [[ -n $offenders ]]; then

@@ -11,12 +11,16 @@ extern "C" {
 #endif
 
 /*
- * Every public call returns 0 (done, result available now), PERCH_PENDING
- * (the operation parked; its completion arrives later, exactly once), or a
- * negative errno: -EINVAL (bad argument), -EBUSY (an overlapping read or
- * flush; the one already parked is untouched), -EPIPE (closed), -ESTALE
- * (a value-task token from an older version), -ENOMEM, -ETIMEDOUT.
- * No call sets errno.
+ * Public calls that can fail return 0 (done, result available now),
+ * PERCH_PENDING (the operation parked; its completion arrives later,
+ * exactly once), or a negative errno: -EINVAL (bad argument), -EBUSY (an
+ * overlapping read or flush; the one already parked is untouched), -EPIPE
+ * (closed), -EAGAIN (nothing new to read), -ESTALE (a value-task token of
+ * another version), -EALREADY (a version completed twice), -ERANGE (a
+ * value-task result outside int32_t), -ENOMEM, -ETIMEDOUT. No call sets
+ * errno. The few that cannot fail say what they return instead
+ * (perch_vtask_ready: a token, 0 for a NULL task; perch_conn_release: void;
+ * perch_conn_is_closed: true for NULL).
  */
 #define PERCH_PENDING 1
 
