@@ -188,8 +188,10 @@ static void wake_reader(struct perch_conn *c)
 		if (perch__cas_uptr(&c->read_waiter, w, PERCH__SLOT_DELIVERING)) {
 			struct perch_recv_listener *l = (struct perch_recv_listener *)w;
 			uint64_t cookie = c->read_cookie;
+			void (*ready)(struct perch_recv_listener *, struct perch_conn *, uint64_t) =
+				l->on_recv_ready;
 			perch__xchg_uptr(&c->read_waiter, PERCH__SLOT_EMPTY);
-			l->on_recv_ready(l, c, cookie);
+			ready(l, c, cookie);
 		}
 		return;
 	}
@@ -259,8 +261,10 @@ static void complete_flush(struct perch_conn *c, int result)
 		return;
 	struct perch_flush_listener *l = perch__xchg_ptr(&c->flush_listener, NULL);
 	uint64_t cookie = c->flush_cookie; /* before the guard lets a new flush store its own */
+	void (*done)(struct perch_flush_listener *, struct perch_conn *, uint64_t, int) =
+		l->on_flush_done;
 	perch__store_u32(&c->flush_busy, 0);
-	l->on_flush_done(l, c, cookie, result);
+	done(l, c, cookie, result);
 }
 
 /*
@@ -324,6 +328,9 @@ static int try_flush_or_park(struct perch_conn *c, struct perch_flush_listener *
 
 int perch__conn_recv_arrived(struct perch_conn *c, struct perch_seg *seg)
 {
+	/* An empty segment would mark a claim with nothing to show, and could do so forever. */
+	if (seg->len == 0)
+		return -EINVAL;
 	ck_fifo_spsc_entry_t *entry = fifo_recycle(&c->rx_fifo);
 	if (!entry) {
 		entry = malloc(sizeof(*entry));
@@ -598,10 +605,16 @@ int perch_conn_close(struct perch_conn *c)
 {
 	if (!c)
 		return -EINVAL;
-	if (perch__for_u32(&c->rx_flags, PERCH__RX_CLOSED) & PERCH__RX_CLOSED)
-		return 0;
-	/* A delivery below may release the user's reference: hold our own until we are done. */
+	/*
+	 * Hold our own reference from before CLOSED is visible: once it is, a
+	 * delivery on another thread may release the user's, and only ours
+	 * keeps the connection for the rest of this call.
+	 */
 	perch__conn_ref(c);
+	if (perch__for_u32(&c->rx_flags, PERCH__RX_CLOSED) & PERCH__RX_CLOSED) {
+		perch__conn_unref(c);
+		return 0;
+	}
 	wake_reader(c);
 	complete_flush(c, -EPIPE);
 	if (c->ops->close)

@@ -101,7 +101,7 @@ struct perch_conn *perch__conn_new(const struct perch__transport_ops *ops, void 
 
 /* ---- completion entry points: one producer (the loop thread) at a time ---- */
 
-/* Queues a received segment; wakes a parked read. Returns 0 or -ENOMEM (seg not taken). */
+/* Queues a received segment; wakes a parked read. Returns 0, -ENOMEM or -EINVAL for an empty one (seg not taken). */
 int perch__conn_recv_arrived(struct perch_conn *c, struct perch_seg *seg);
 /* The peer sent FIN: the reader sees `completed` after every queued byte. */
 void perch__conn_peer_closed(struct perch_conn *c);

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <stddef.h>
@@ -19,17 +20,24 @@
  *   bits 63..32  result (int32), valid once the phase is COMPLETED
  *   bits 31..3   version (29 bits; 0 = never readied, skipped on wrap)
  *   bit  2       a blocking waiter sleeps on the low half (futex)
- *   bits 1..0    phase: PENDING, REGISTERED (continuation published), COMPLETED
+ *   bits 1..0    phase: PENDING, REGISTERING (a registrant is writing the
+ *                continuation), REGISTERED (continuation published), COMPLETED
  *
  * A completion is one CAS from (version, PENDING|REGISTERED) to (version,
  * COMPLETED, result): a completion for another version fails it, so it can
  * neither complete a newer version nor overwrite its result. Nothing is
  * written after that CAS: the futex wake only names the address, and the
  * continuation was read before it.
+ *
+ * Only the holder of REGISTERING writes the continuation, so a registration
+ * that is refused (a second one, or one for an older version) touches
+ * nothing; ready() waits out a registration in progress (a few stores) so
+ * the next version's registrant never writes beside it.
  */
 #define PH_PENDING    0u
 #define PH_REGISTERED 1u
 #define PH_COMPLETED  2u
+#define PH_REGISTERING 3u
 #define PH_MASK       3u
 #define WAITER        4u
 #define VER_SHIFT     3
@@ -44,6 +52,11 @@ static int32_t st_result(uint64_t s) { return (int32_t)(uint32_t)(s >> 32); }
 static uint64_t st_make(uint32_t version, uint32_t low_bits, int32_t result)
 {
 	return (uint64_t)(uint32_t)result << 32 | (uint64_t)(version << VER_SHIFT) | low_bits;
+}
+
+static uint64_t st_with_phase(uint64_t s, uint32_t phase)
+{
+	return (s & ~(uint64_t)PH_MASK) | phase;
 }
 
 static uint32_t *futex_word(struct perch_vtask *vt)
@@ -85,14 +98,24 @@ uint32_t perch_vtask_ready(struct perch_vtask *vt)
 {
 	if (!vt)
 		return 0;
-	/* Only the owner changes the version, so this load and the exchange see the same one. */
-	uint32_t next = (st_version(perch__load_u64(&vt->state)) + 1) & VER_MASK;
-	if (next == 0)
-		next = 1;
-	uint64_t old = perch__xchg_u64(&vt->state, st_make(next, PH_PENDING, 0));
-	if (old & WAITER)
-		futex_wake_all(futex_word(vt)); /* their version is gone: they return -ESTALE */
-	return next;
+	for (unsigned spins = 0;; spins++) {
+		uint64_t old = perch__load_u64(&vt->state);
+		if (st_phase(old) == PH_REGISTERING) {
+			/* A registrant of the old version is between its two CASes: let it finish. */
+			if (spins > 64)
+				sched_yield();
+			continue;
+		}
+		/* Only the owner changes the version. */
+		uint32_t next = (st_version(old) + 1) & VER_MASK;
+		if (next == 0)
+			next = 1;
+		if (!perch__cas_u64(&vt->state, old, st_make(next, PH_PENDING, 0)))
+			continue;
+		if (old & WAITER)
+			futex_wake_all(futex_word(vt)); /* their version is gone: they return -ESTALE */
+		return next;
+	}
 }
 
 int perch_vtask_complete(struct perch_vtask *vt, uint32_t token, int64_t result)
@@ -108,12 +131,16 @@ int perch_vtask_complete(struct perch_vtask *vt, uint32_t token, int64_t result)
 			return -ESTALE;
 		if (st_phase(s) == PH_COMPLETED)
 			return -EALREADY;
-		/* Read before the CAS: once it succeeds the task may be freed, or readied anew. */
+		/*
+		 * Read before the CAS: once it succeeds the task may be freed, or
+		 * readied anew. A registration still REGISTERING is not run: its
+		 * registrant finds the task complete and goes on inline.
+		 */
 		perch_vtask_fn fn = NULL;
 		void *arg = NULL;
 		if (st_phase(s) == PH_REGISTERED) {
-			fn = vt->cont_fn;
-			arg = vt->cont_arg;
+			fn = (perch_vtask_fn)perch__load_ptr(&vt->cont_fn);
+			arg = perch__load_ptr(&vt->cont_arg);
 		}
 		if (!perch__cas_u64(&vt->state, s, done))
 			continue; /* a registration or a waiter changed the word: look again */
@@ -122,6 +149,20 @@ int perch_vtask_complete(struct perch_vtask *vt, uint32_t token, int64_t result)
 		if (fn)
 			fn(arg, result);
 		return 0;
+	}
+}
+
+/* Second step of a registration: REGISTERING -> REGISTERED, unless a completion came first. */
+static int publish_registration(struct perch_vtask *vt)
+{
+	for (;;) {
+		/* The version cannot move while REGISTERING: ready() waits it out. */
+		uint64_t s = perch__load_u64(&vt->state);
+		if (st_phase(s) == PH_COMPLETED)
+			return 0; /* completed meanwhile without running it: go on inline */
+		/* Still REGISTERING; only a waiter's bit may have changed the word. */
+		if (perch__cas_u64(&vt->state, s, st_with_phase(s, PH_REGISTERED)))
+			return PERCH_PENDING;
 	}
 }
 
@@ -136,13 +177,14 @@ int perch_vtask_on_complete(struct perch_vtask_handle h, perch_vtask_fn fn, void
 			return -ESTALE;
 		if (st_phase(s) == PH_COMPLETED)
 			return 0;
-		if (st_phase(s) == PH_REGISTERED)
+		if (st_phase(s) != PH_PENDING)
 			return -EBUSY;
-		/* The continuation is written before the CAS that publishes it; the completion reads it after. */
-		vt->cont_fn = fn;
-		vt->cont_arg = arg;
-		if (perch__cas_u64(&vt->state, s, (s & ~(uint64_t)PH_MASK) | PH_REGISTERED))
-			return PERCH_PENDING;
+		/* Claim first: only the holder of REGISTERING writes the continuation. */
+		if (!perch__cas_u64(&vt->state, s, st_with_phase(s, PH_REGISTERING)))
+			continue;
+		perch__store_ptr(&vt->cont_fn, (void *)fn);
+		perch__store_ptr(&vt->cont_arg, arg);
+		return publish_registration(vt);
 	}
 }
 

@@ -157,6 +157,69 @@ const struct race_def race_vtask_stale_completion = {
 	.branch_names = { "landed before the next version", "refused as stale" },
 };
 
+/* ---- two registrations race: the refused one touches nothing ---- */
+
+struct two_reg_state {
+	struct perch_vtask vt;
+	struct perch_vtask_handle h;
+	uint32_t ran[2];               /* runs of each registrant's continuation */
+	int rc[2];
+};
+
+static void *two_reg_create(void)
+{
+	struct two_reg_state *s = calloc(1, sizeof(*s));
+	perch_vtask_init(&s->vt);
+	return s;
+}
+
+static void two_reg_setup(void *p, uint64_t round)
+{
+	struct two_reg_state *s = p;
+	s->h = (struct perch_vtask_handle){ &s->vt, perch_vtask_ready(&s->vt) };
+	s->ran[0] = s->ran[1] = 0;
+	s->rc[0] = s->rc[1] = 0;
+}
+
+static void ran_cont(void *arg, int64_t result)
+{
+	perch__faa_u32(arg, 1);
+}
+
+static void register_first(void *p, uint64_t round)
+{
+	struct two_reg_state *s = p;
+	s->rc[0] = perch_vtask_on_complete(s->h, ran_cont, &s->ran[0]);
+}
+
+static void register_second(void *p, uint64_t round)
+{
+	struct two_reg_state *s = p;
+	s->rc[1] = perch_vtask_on_complete(s->h, ran_cont, &s->ran[1]);
+}
+
+/* One registered, one refused; the completion runs the registered one's continuation only. */
+static bool judge_two_reg(struct race *r, void *p, uint64_t round)
+{
+	struct two_reg_state *s = p;
+	int won = s->rc[0] == PERCH_PENDING ? 0 : 1;
+	race_branch(r, won);
+	bool ok = s->rc[won] == PERCH_PENDING && s->rc[!won] == -EBUSY;
+	perch_vtask_complete(&s->vt, s->h.token, 1);
+	ok = ok && s->ran[won] == 1 && s->ran[!won] == 0;
+	if (!ok)
+		race_fail(r, round, "registrations returned %d and %d; continuations ran %u and %u times",
+			  s->rc[0], s->rc[1], s->ran[0], s->ran[1]);
+	return ok;
+}
+
+const struct race_def race_vtask_two_registrations = {
+	.name = "vtask: two registrations race",
+	.actors = 2, .create = two_reg_create, .destroy = vt_destroy, .setup = two_reg_setup,
+	.actor = { register_first, register_second }, .judge = judge_two_reg,
+	.branch_names = { "first registered", "second registered" },
+};
+
 const struct race_def race_vtask_register_vs_complete = {
 	.name = "vtask: registration races completion",
 	.actors = 2, .create = vt_create, .destroy = vt_destroy, .setup = vt_setup,

@@ -50,14 +50,15 @@ struct perch_read_result {
  * on_parking runs on the reading thread, past every guard, when the read is
  * about to park, and returns a cookie (an adapter returns its value-task
  * token). If a completion lands while it runs, the read is served at once
- * instead and no delivery follows (the readied task is simply not awaited).
+ * instead and no delivery follows (the readied task is simply not awaited);
+ * otherwise it parks.
  * Otherwise on_recv_ready runs exactly once for this park, on whichever
  * thread delivered (the loop, or the thread that closed or canceled), and
  * hands the park's cookie back: a delivery of an older park can therefore
  * never be mistaken for the current one. A wake may bring nothing the
  * reader has not seen (two completions can both target one park); read
  * again, and park again, from inside on_recv_ready if so. Neither callback
- * may block.
+ * may block. A listener must stay valid until its delivery has begun.
  */
 struct perch_recv_listener {
 	uint64_t (*on_parking)(struct perch_recv_listener *self, struct perch_conn *c);
@@ -85,8 +86,9 @@ struct perch_flush_listener {
  * Serves the read now, or parks `listener` in the connection's read slot.
  * Returns 0 with *out filled (bytes not yet examined, or a final state);
  * PERCH_PENDING when parked (listener->on_recv_ready will run exactly once;
- * then call perch_conn_try_read); -EBUSY when another read owns the slot
- * (nothing of it, nor of `listener`, is touched); -EINVAL for NULLs.
+ * then call perch_conn_try_read); -EBUSY when another read owns the slot or
+ * a delivery is being handed over (nothing of it, nor of `listener`, is
+ * touched); -EINVAL for NULLs.
  */
 PERCH_API int perch_conn_try_read_or_park(struct perch_conn *c,
 					  struct perch_recv_listener *listener,
@@ -103,7 +105,8 @@ PERCH_API int perch_conn_try_read(struct perch_conn *c, struct perch_read_result
  * The connection's own read: perch_conn_try_read_or_park with the
  * connection as its listener. On PERCH_PENDING, *task is the value task
  * that completes (with 0) when the read is ready; then call
- * perch_conn_try_read.
+ * perch_conn_try_read, which may still return -EAGAIN: a wake can bring
+ * nothing new (read again).
  */
 PERCH_API int perch_conn_read(struct perch_conn *c, struct perch_read_result *out,
 			      struct perch_vtask_handle *task);
@@ -113,7 +116,8 @@ PERCH_API int perch_conn_read(struct perch_conn *c, struct perch_read_result *ou
  * (the next read parks until bytes beyond them arrive), both counted from
  * the start of the last result. Returns 0, or -EINVAL when consumed >
  * examined, examined goes past the unconsumed bytes, or examined moves
- * back before an earlier examined position; -EBUSY while a read is parked.
+ * back before an earlier examined position; -EBUSY while a read is parked
+ * or its delivery is being handed over.
  */
 PERCH_API int perch_conn_advance(struct perch_conn *c, size_t consumed, size_t examined);
 

@@ -30,11 +30,15 @@ typedef void (*perch_vtask_fn)(void *arg, int64_t result);
  */
 struct perch_vtask {
 	uint64_t state;            /* result:32 | version:29 | waiter:1 | phase:2 */
-	perch_vtask_fn cont_fn;    /* written before the registration publishes it */
+	void *cont_fn;             /* a perch_vtask_fn, written by the registrant alone */
 	void *cont_arg;
 };
 
-/* What a caller holds while it awaits one version of a task. Token 0 is never valid. */
+/*
+ * What a caller holds while it awaits one version of a task. Token 0 is
+ * never valid; versions count modulo 2^29 (skipping 0), so a token is
+ * unambiguous for 2^29 - 1 versions after its own.
+ */
 struct perch_vtask_handle {
 	struct perch_vtask *task;
 	uint32_t token;
@@ -64,9 +68,11 @@ PERCH_API int perch_vtask_complete(struct perch_vtask *vt, uint32_t token, int64
 /*
  * Registers the one continuation of this version. Returns PERCH_PENDING
  * when it is registered (it will run exactly once, on the completing
- * thread); 0 when the task is already complete (it will not run: go on
- * inline and read the result); -ESTALE for a token of another version;
- * -EBUSY when a continuation is already registered; -EINVAL for NULLs.
+ * thread); 0 when the task is already complete, or completed while this
+ * call registered (it will not run: go on inline and read the result);
+ * -ESTALE for a token of another version; -EBUSY when a continuation is
+ * already registered (or being registered); -EINVAL for NULLs. A refused
+ * registration touches nothing.
  */
 PERCH_API int perch_vtask_on_complete(struct perch_vtask_handle h,
 				      perch_vtask_fn fn, void *arg);
@@ -88,7 +94,9 @@ PERCH_API int perch_vtask_result(struct perch_vtask_handle h, int64_t *result);
  * timeout_ms passes (negative: no limit; 0: just look). Returns 0 and
  * stores the result when complete, -ETIMEDOUT, -ESTALE (also when the
  * owner readies a new version meanwhile) or -EINVAL. May be combined with
- * a registered continuation; never call it from a loop thread.
+ * a registered continuation, but a continuation that starts the next
+ * operation (readying a new version) can make the waiter see -ESTALE for a
+ * version that did complete. Never call it from a loop thread.
  */
 PERCH_API int perch_vtask_wait(struct perch_vtask_handle h, int timeout_ms,
 			       int64_t *result);
