@@ -57,12 +57,10 @@ static void bytes_arrive(void *p, uint64_t round)
 	fake_recv(((struct slot_state *)p)->c, "x");
 }
 
-/* The backend queues the last bytes, then the peer's FIN, as a recv of data then of 0 would. */
-static void bytes_then_fin(void *p, uint64_t round)
+/* The peer's FIN: a recv of 0. */
+static void peer_fin(void *p, uint64_t round)
 {
-	struct slot_state *s = p;
-	fake_recv(s->c, "x");
-	perch__conn_peer_closed(s->c);
+	perch__conn_peer_closed(((struct slot_state *)p)->c);
 }
 
 static void conn_closes(void *p, uint64_t round)
@@ -111,15 +109,10 @@ static bool judge_read_vs_bytes(struct race *r, void *p, uint64_t round)
 	return ok;
 }
 
-/* Bytes come before the FIN: a result that says completed holds every byte. */
 static bool judge_read_vs_fin(struct race *r, void *p, uint64_t round)
 {
 	struct slot_state *s = p;
-	bool ok = judge_one_delivery(r, s, round, s->res_a.len == 1 || s->res_a.completed);
-	if (s->rc_a == 0 && s->res_a.completed && s->res_a.len != 1) {
-		race_fail(r, round, "completed with %zu of the 1 byte sent before the FIN", s->res_a.len);
-		ok = false;
-	}
+	bool ok = judge_one_delivery(r, s, round, s->res_a.completed && s->res_a.len == 0);
 	race_conn_end(s->c);
 	return ok;
 }
@@ -218,9 +211,9 @@ const struct race_def race_read_vs_bytes = {
 };
 
 const struct race_def race_read_vs_fin = {
-	.name = "read_slot: park races bytes then FIN",
+	.name = "read_slot: park races the peer's FIN",
 	.actors = 2, .create = slot_create, .destroy = slot_destroy, .setup = slot_setup,
-	.actor = { read_a, bytes_then_fin }, .judge = judge_read_vs_fin,
+	.actor = { read_a, peer_fin }, .judge = judge_read_vs_fin,
 	.branch_names = READ_BRANCHES,
 };
 
