@@ -46,7 +46,7 @@ what_caught() {
 	[ "$suite_rc" -eq 124 ] && echo "(hung: timed out)"
 	[ "$suite_rc" -gt 128 ] && echo "(crashed: signal $((suite_rc - 128)))"
 	# Summary rows: name, rounds, overlaps, failures, verdict.
-	sed -nE 's/^(.*[^ ]) +[0-9]+ +[0-9]+ +([1-9][0-9]*) +FAIL$/\1 (\2 broken rounds)/p' "$scratch/run.log"
+	sed -nE 's/^(.*[^ ]) +([0-9]+) +[0-9]+ +([1-9][0-9]*) +FAIL$/\1 (broken after \2 rounds)/p' "$scratch/run.log"
 }
 
 # The race a patch's "Caught by:" line names first: tried alone before the
