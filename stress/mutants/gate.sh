@@ -11,6 +11,9 @@ set -euo pipefail
 
 src=$(cd "${1:-$(dirname "$0")/../..}" && pwd)
 rounds=${PERCH_STRESS_ROUNDS:-200000}
+# A mutant whose window is a couple of instructions may need more than one
+# suite's worth of rounds to show: its named race may run this many times more.
+named_factor=${PERCH_GATE_NAMED_FACTOR:-5}
 per_run_limit=${PERCH_GATE_TIMEOUT:-900}
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/perch-mutants.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
@@ -33,7 +36,7 @@ build_suite() {
 # given) and leaves its exit status in $suite_rc and its output in run.log.
 run_suite() {
 	set +e
-	PERCH_STRESS_ROUNDS=$rounds PERCH_STRESS_FAILFAST=${1:-0} \
+	PERCH_STRESS_ROUNDS=${suite_rounds:-$rounds} PERCH_STRESS_FAILFAST=${1:-0} \
 		timeout "$per_run_limit" "$scratch/b/stress/perch_stress" ${2:+"$2"} >"$scratch/run.log" 2>&1
 	suite_rc=$?
 	set -e
@@ -61,7 +64,7 @@ mkdir -p "$scratch/b"
 (cd "$scratch/b" && ../configure -q >/dev/null)
 build_suite || { cat "$scratch/build.log"; echo "gate: the real code does not build"; exit 1; }
 
-echo "mutant gate: $rounds rounds per race"
+echo "mutant gate: $rounds rounds per race (a mutant's named race: up to $((rounds * named_factor)), stopping at the first broken round)"
 run_suite 0
 if [ "$suite_rc" -ne 0 ]; then
 	echo "gate: the real code FAILS the race suite:"; cat "$scratch/run.log"; exit 1
@@ -79,7 +82,8 @@ for patch in "$src"/stress/mutants/*.patch; do
 		printf '%-50s %s\n' "$name" "DOES NOT BUILD"; missed=$((missed + 1))
 	else
 		named=$(first_named_race "$patch")
-		run_suite 1 "$named"
+		# Fail-fast, so the extra rounds cost only what a late catch needs.
+		suite_rounds=$((rounds * named_factor)) run_suite 1 "$named"
 		if [ "$suite_rc" -eq 2 ]; then
 			echo "gate: $name: its Caught by line names no race ('$named')"; exit 1
 		fi
