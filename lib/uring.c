@@ -276,7 +276,9 @@ static void uring_recv_arm(struct perch__sock *s);
  * Buffers came back: re-arm parked connections, first parked first, no
  * more of them than there are buffers in the ring (each can take at least
  * one). One that loses the race for them parks again at the tail, so no
- * connection starves and nothing spins.
+ * connection starves and nothing spins. One that takes none (its recv ends
+ * on a FIN, an error or a cancel without a buffer) leaves its share unused:
+ * on_recv serves the list again then, while the ring has a free buffer.
  */
 static void serve_parked(struct uring *u)
 {
@@ -309,9 +311,15 @@ static void buf_return(struct uring *u, uint32_t bid)
 
 static void uring_recv_arm(struct perch__sock *s)
 {
-	if (s->closing || (s->bk_flags & (F_RECV | F_PARKED)))
-		return; /* in flight already: its last completion re-arms if still wanted */
 	struct uring *u = st_of(s->loop);
+	if (s->closing || (s->bk_flags & F_RECV))
+		return; /* in flight already: its last completion re-arms if still wanted */
+	if (s->bk_flags & F_PARKED) {
+		/* Parked, and (say) resumed from a pause: a free buffer that no one took is its to try. */
+		if (u->ring_free == 0)
+			return;
+		unpark(u, s);
+	}
 	struct io_uring_sqe *sqe = sqe_get(u);
 	if (s->opts.recv_mode == PERCH_RECV_SINGLESHOT) {
 		io_uring_prep_recv(sqe, s->fd, NULL, 0, 0);
@@ -321,6 +329,12 @@ static void uring_recv_arm(struct perch__sock *s)
 		s->bk_flags |= F_RECV | F_RECV_MS;
 	}
 	sqe->flags |= IOSQE_BUFFER_SELECT;
+	/*
+	 * Wait for readability before picking a buffer: an idle connection
+	 * then never fails with ENOBUFS nor parks, so the park list holds only
+	 * connections with bytes (or a FIN) waiting.
+	 */
+	sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
 	sqe->buf_group = BGID;
 	io_uring_sqe_set_data64(sqe, UD(OP_RECV, s));
 	s->bk_inflight++;
@@ -426,6 +440,12 @@ static void on_recv(struct uring *u, struct perch__sock *s, int res, uint32_t fl
 	/* Any CQE without F_MORE ended the recv: re-arm unless paused, ended or closing. */
 	if (last && perch__loop_recv_wanted(s))
 		uring_recv_arm(s);
+	/*
+	 * A recv ended (perhaps one serve_parked re-armed, counting on it to
+	 * take a buffer) and a buffer is free: the next parked one may have it.
+	 */
+	if (last && u->park_head && u->ring_free > 0)
+		serve_parked(u);
 }
 
 static void on_accept(struct perch__sock *s, int res, bool last)
@@ -451,6 +471,7 @@ static void dispatch(struct perch_loop *loop, uint64_t ud, int res, uint32_t fla
 		if (flags & IORING_CQE_F_BUFFER) {
 			u->ring_free--;
 			buf_return(u, flags >> IORING_CQE_BUFFER_SHIFT);
+			serve_parked(u);
 		}
 		return;
 	}

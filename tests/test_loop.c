@@ -433,6 +433,118 @@ static void exhausted_buffer_ring_still_serves_every_connection(void **state)
 	assert_true(parks > 0);
 }
 
+/* Accepts every conn into the next slot of `c` (up to 4), in order. */
+struct park_accepts {
+	struct perch_conn *c[4];
+	uint32_t n;
+};
+
+static void park_accept(struct perch_listener *ls, struct perch_conn *c, void *arg)
+{
+	struct park_accepts *k = arg;
+	uint32_t i = perch__load_u32(&k->n);
+	if (i < 4)
+		k->c[i] = c;
+	perch__store_u32(&k->n, i + 1);
+}
+
+static void read_parks(void *p)
+{
+	struct live_probe *lp = p;
+	lp->live = (uint32_t)lp->loop->stats.enobufs_parks;
+}
+
+static uint32_t parks_now(struct lu_loop *l)
+{
+	struct live_probe lp = { l->loop, 0 };
+	assert_int_equal(lu_on_loop(l, read_parks, &lp), 0);
+	return lp.live;
+}
+
+/* Waits (bounded) until the loop has counted `want` ENOBUFS parks. */
+static bool wait_parks(struct lu_loop *l, uint32_t want)
+{
+	for (int i = 0; i < LU_TIMEOUT_MS; i++) {
+		if (parks_now(l) >= want)
+			return true;
+		usleep(1000);
+	}
+	return false;
+}
+
+static bool wait_rx(struct perch_conn *c, uint64_t want, int ms)
+{
+	for (int i = 0; i < ms; i++) {
+		if (perch__load_u64(&c->rx_total) >= want)
+			return true;
+		usleep(1000);
+	}
+	return false;
+}
+
+/*
+ * One buffer in the ring. H takes it and holds it (nothing reads H). F
+ * sends only a FIN and parks (ENOBUFS); D sends one byte and parks behind
+ * F. H's buffer comes back: F is re-armed first, and gets its FIN without
+ * taking a buffer. The buffer is still free, so D must be served too.
+ */
+static void parked_connection_is_served_when_the_one_before_it_takes_no_buffer(bool fin)
+{
+	struct perch_loop_opts one = { .buf_count = 1, .buf_size = 4096 };
+	struct lu_loop l;
+	struct park_accepts k = { .n = 0 };
+	struct perch_listener *ls;
+	assert_int_equal(lu_start(&l, &one), 0);
+	assert_int_equal(perch_listen(l.loop, "127.0.0.1", 0, NULL, park_accept, &k, &ls), 0);
+	int port = perch_listener_port(ls);
+	int h = lu_plain_connect(port);
+	assert_true(h >= 0 && wait_u32(&k.n, 1));
+	assert_int_equal(write(h, "h", 1), 1);
+	assert_true(wait_rx(k.c[0], 1, LU_TIMEOUT_MS)); /* H holds the only buffer */
+	int f = lu_plain_connect(port);
+	assert_true(f >= 0 && wait_u32(&k.n, 2));
+	uint32_t parks = 0;
+	if (fin) {
+		shutdown(f, SHUT_WR);
+		assert_true(wait_parks(&l, 1)); /* F parks on its FIN */
+		parks = 1;
+	} else {
+		/* Two turns: F's first recv has been submitted and answered (if it parks, it did by now). */
+		parks_now(&l);
+		parks = parks_now(&l);
+	}
+	int d = lu_plain_connect(port);
+	assert_true(d >= 0 && wait_u32(&k.n, 3));
+	assert_int_equal(write(d, "d", 1), 1);
+	assert_true(wait_parks(&l, parks + 1)); /* D parks behind F (if F parked) */
+	/* H's reader consumes: its buffer goes back to the ring. */
+	struct perch_read_result r;
+	assert_int_equal(perch_conn_try_read(k.c[0], &r), 0);
+	assert_int_equal(r.len, 1);
+	assert_int_equal(perch_conn_advance(k.c[0], 1, 1), 0);
+	assert_true(wait_rx(k.c[2], 1, 2000)); /* D is served */
+	if (fin) {
+		struct lu_end e = lu_read_to_end(k.c[1], NULL, 0);
+		assert_true(e.completed);
+	}
+	close(h);
+	close(f);
+	close(d);
+	for (uint32_t i = 0; i < 3; i++)
+		perch_conn_release(k.c[i]);
+	assert_int_equal(lu_stop(&l), 0);
+}
+
+static void parked_connection_is_served_when_the_one_before_it_only_gets_a_fin(void **state)
+{
+	parked_connection_is_served_when_the_one_before_it_takes_no_buffer(true);
+}
+
+static void parked_connection_is_served_when_the_one_before_it_stays_idle(void **state)
+{
+	parked_connection_is_served_when_the_one_before_it_takes_no_buffer(false);
+}
+
 struct order {
 	uint32_t next[2];
 	uint32_t wrong;
@@ -602,6 +714,8 @@ int main(void)
 		cmocka_unit_test(stalled_reader_pauses_multishot_recv_and_resuming_delivers_everything_in_order),
 		cmocka_unit_test(stalled_reader_pauses_singleshot_recv_and_resuming_delivers_everything_in_order),
 		cmocka_unit_test(exhausted_buffer_ring_still_serves_every_connection),
+		cmocka_unit_test(parked_connection_is_served_when_the_one_before_it_only_gets_a_fin),
+		cmocka_unit_test(parked_connection_is_served_when_the_one_before_it_stays_idle),
 		cmocka_unit_test(posts_from_two_threads_run_once_each_in_posting_order),
 		cmocka_unit_test(connect_to_a_closed_port_reports_the_error_once),
 		cmocka_unit_test(bad_arguments_return_einval),
