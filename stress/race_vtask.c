@@ -1,4 +1,4 @@
-/* stress/race_vtask.c: a value task's continuation registration races its completion. */
+/* stress/race_vtask.c: value-task races: registration vs completion, a late completion vs the next version, two registrations. */
 /*
  * Every race here is judged by stress/harness.c: it fails unless its two
  * halves overlapped in at least 1,000 of 200,000 rounds (the overlap floor,
