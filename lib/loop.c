@@ -281,10 +281,25 @@ bool perch__loop_recv_wanted(const struct perch__sock *s)
 	return !s->closing && !s->rx_ended && !s->rx_paused;
 }
 
+/*
+ * Closed here: the close ran on the loop (closing), or the user closed the
+ * conn on another thread and the close is still on its way, or the conn
+ * failed. What the kernel still completes (bytes, FIN, RST) is not handed
+ * to it: a read after a close sees "closed" only.
+ */
+static bool locally_closed(const struct perch__sock *s)
+{
+	return s->closing || perch_conn_is_closed(s->conn);
+}
+
 void perch__loop_received(struct perch__sock *s, struct perch__rxseg *rs)
 {
 	struct perch_loop *loop = s->loop;
 	uint32_t len = rs->seg.len;
+	if (locally_closed(s)) {
+		loop->be->buf_release(loop, rs);
+		return;
+	}
 	rs->slot = s->slot;
 	rs->gen = s->gen;
 	s->unconsumed += len;
@@ -316,6 +331,8 @@ void perch__loop_recv_ended(struct perch__sock *s, int res)
 	if (s->rx_ended)
 		return;
 	s->rx_ended = true;
+	if (locally_closed(s))
+		return;
 	if (res == 0)
 		perch__conn_peer_closed(s->conn);
 	else

@@ -596,6 +596,90 @@ static void parked_connection_is_served_when_the_one_before_it_stays_idle(void *
 	parked_connection_is_served_when_the_one_before_it_takes_no_buffer(false);
 }
 
+/* A reader parked on the loop thread that closes its conn when the first bytes arrive. */
+struct closing_reader {
+	struct perch_recv_listener rl;
+	struct perch_conn *c;
+	uint32_t ready;
+	sem_t go, held, closed;
+};
+
+static uint64_t closing_reader_parking(struct perch_recv_listener *l, struct perch_conn *c)
+{
+	return 0;
+}
+
+static void closing_reader_ready(struct perch_recv_listener *l, struct perch_conn *c, uint64_t cookie)
+{
+	struct closing_reader *k = (struct closing_reader *)l;
+	if (perch__faa_u32(&k->ready, 1) == 0) {
+		perch_conn_close(c); /* on the loop thread: the rest of this batch comes after it */
+		sem_post(&k->closed);
+	}
+}
+
+static void closing_reader_accept(struct perch_listener *ls, struct perch_conn *c, void *arg)
+{
+	struct closing_reader *k = arg;
+	struct perch_read_result r;
+	k->c = c;
+	k->rl.on_parking = closing_reader_parking;
+	k->rl.on_recv_ready = closing_reader_ready;
+	int rc = perch_conn_try_read_or_park(c, &k->rl, &r);
+	if (rc != PERCH_PENDING)
+		abort();
+	sem_post(&k->go);
+}
+
+static void block_loop(void *p)
+{
+	struct closing_reader *k = p;
+	sem_post(&k->held);
+	lu_sem_wait(&k->go, LU_TIMEOUT_MS);
+}
+
+/*
+ * Bytes and FIN arrive together while the loop thread is held; the reader
+ * woken by the bytes closes the conn on the loop thread. The FIN's CQE,
+ * in the same batch, comes after the close: it must not reach the closed
+ * conn (a later read sees "closed" only, never "completed" too).
+ */
+static void fin_arriving_after_a_local_close_is_not_delivered(void **state)
+{
+	struct lu_loop l;
+	struct closing_reader k = { .ready = 0 };
+	struct perch_listener *ls;
+	sem_init(&k.go, 0, 0);
+	sem_init(&k.held, 0, 0);
+	sem_init(&k.closed, 0, 0);
+	assert_int_equal(lu_start(&l, NULL), 0);
+	assert_int_equal(perch_listen(l.loop, "127.0.0.1", 0, NULL, closing_reader_accept, &k, &ls), 0);
+	int fd = lu_plain_connect(perch_listener_port(ls));
+	assert_true(fd >= 0);
+	assert_int_equal(lu_sem_wait(&k.go, LU_TIMEOUT_MS), 0); /* accepted and parked */
+	assert_int_equal(perch_loop_post(l.loop, block_loop, &k), 0);
+	assert_int_equal(lu_sem_wait(&k.held, LU_TIMEOUT_MS), 0); /* the loop thread is held */
+	assert_int_equal(write(fd, "abc", 3), 3);
+	shutdown(fd, SHUT_WR);
+	sem_post(&k.go); /* the loop runs again: bytes and FIN in one batch */
+	assert_int_equal(lu_sem_wait(&k.closed, LU_TIMEOUT_MS), 0);
+	/* Once the loop has finished with the conn (only our reference left), read it. */
+	for (int i = 0; i < LU_TIMEOUT_MS && perch__load_u32(&k.c->refs) != 1; i++)
+		usleep(1000);
+	assert_int_equal(perch__load_u32(&k.c->refs), 1);
+	struct perch_read_result r;
+	assert_int_equal(perch_conn_try_read(k.c, &r), 0);
+	assert_true(r.closed);
+	assert_false(r.completed);
+	assert_int_equal(r.error, 0);
+	perch_conn_release(k.c);
+	close(fd);
+	assert_int_equal(lu_stop(&l), 0);
+	sem_destroy(&k.go);
+	sem_destroy(&k.held);
+	sem_destroy(&k.closed);
+}
+
 struct order {
 	uint32_t next[2];
 	uint32_t wrong;
@@ -771,6 +855,7 @@ int main(void)
 		cmocka_unit_test(exhausted_buffer_ring_still_serves_every_connection),
 		cmocka_unit_test(parked_connection_is_served_when_the_one_before_it_only_gets_a_fin),
 		cmocka_unit_test(parked_connection_is_served_when_the_one_before_it_stays_idle),
+		cmocka_unit_test(fin_arriving_after_a_local_close_is_not_delivered),
 		cmocka_unit_test(posts_from_two_threads_run_once_each_in_posting_order),
 		cmocka_unit_test(connect_to_a_closed_port_reports_the_error_once),
 		cmocka_unit_test(bad_arguments_return_einval),
