@@ -34,6 +34,20 @@ static void server_start(struct server *s, const struct perch_loop_opts *lopts,
 	assert_true(s->port > 0);
 }
 
+/* A plain socket bound to 127.0.0.1 on a free port (not listening yet). */
+static int loopback_bound_socket(int *port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t alen = sizeof(a);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
 /* Waits until `*counter` reaches `want` (bounded). */
 static bool wait_u32(uint32_t *counter, uint32_t want)
 {
@@ -680,6 +694,149 @@ static void fin_arriving_after_a_local_close_is_not_delivered(void **state)
 	sem_destroy(&k.closed);
 }
 
+/* A plain reader on its own thread: reads until `len` bytes or EOF, slowly if asked. */
+struct slow_reader {
+	int fd;
+	uint8_t *in;
+	size_t len;
+	uint64_t got;
+	int pause_us;
+	pthread_t th;
+};
+
+static void *slow_reader_main(void *p)
+{
+	struct slow_reader *r = p;
+	while (r->got < r->len) {
+		size_t want = r->len - r->got < 65536 ? r->len - r->got : 65536;
+		ssize_t n = read(r->fd, r->in + r->got, want);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		perch__store_u64(&r->got, r->got + (uint64_t)n);
+		if (r->pause_us)
+			usleep((useconds_t)r->pause_us);
+	}
+	return NULL;
+}
+
+/* A flush listener that counts its deliveries. */
+struct counted_flush {
+	struct perch_flush_listener fl;
+	uint32_t deliveries;
+	int result;
+	sem_t done;
+};
+
+static uint64_t counted_flush_parking(struct perch_flush_listener *l, struct perch_conn *c)
+{
+	return 0;
+}
+
+static void counted_flush_done(struct perch_flush_listener *l, struct perch_conn *c, uint64_t cookie, int result)
+{
+	struct counted_flush *f = (struct counted_flush *)l;
+	f->result = result;
+	perch__faa_u32(&f->deliveries, 1);
+	sem_post(&f->done);
+}
+
+/* A perch conn connected to a plain accepted socket; 8 MiB staged as 2048 x 4 KiB buffers. */
+struct big_send {
+	struct lu_loop l;
+	int lfd;
+	struct perch_conn *c;
+	struct slow_reader r;
+	uint8_t *out;
+	struct counted_flush f;
+};
+
+enum { BIG_N = 8 * 1024 * 1024, BIG_W = 4096 };
+
+static void big_send_open(struct big_send *b)
+{
+	memset(b, 0, sizeof(*b));
+	assert_int_equal(lu_start(&b->l, NULL), 0);
+	int port;
+	b->lfd = loopback_bound_socket(&port);
+	assert_int_equal(listen(b->lfd, 1), 0);
+	b->c = lu_connect(&b->l, "127.0.0.1", port, NULL);
+	assert_non_null(b->c);
+	b->r.fd = accept(b->lfd, NULL, NULL);
+	assert_true(b->r.fd >= 0);
+	/* A send that stops short must fail the test, not hang it. */
+	struct timeval tv = { LU_TIMEOUT_MS / 1000, 0 };
+	setsockopt(b->r.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	b->r.len = BIG_N;
+	b->r.in = malloc(BIG_N);
+	b->out = malloc(BIG_N);
+	lu_fill(b->out, BIG_N);
+	for (size_t off = 0; off < BIG_N; off += BIG_W)
+		assert_int_equal(perch_conn_write(b->c, b->out + off, BIG_W), 0);
+	b->f.fl.on_parking = counted_flush_parking;
+	b->f.fl.on_flush_done = counted_flush_done;
+	sem_init(&b->f.done, 0, 0);
+}
+
+static void big_send_close(struct big_send *b)
+{
+	perch_conn_release(b->c);
+	close(b->r.fd);
+	close(b->lfd);
+	assert_int_equal(lu_stop(&b->l), 0);
+	sem_destroy(&b->f.done);
+	free(b->r.in);
+	free(b->out);
+}
+
+/* More than 64 iovecs and a reader slower than the sender: short sends, each resumed where it stopped. */
+static void flush_of_8mib_in_2048_buffers_to_a_slow_reader_arrives_whole_and_in_order(void **state)
+{
+	struct big_send b;
+	big_send_open(&b);
+	b.r.pause_us = 1000;
+	pthread_create(&b.r.th, NULL, slow_reader_main, &b.r);
+	assert_int_equal(perch_conn_try_flush_or_park(b.c, &b.f.fl), PERCH_PENDING);
+	assert_int_equal(lu_sem_wait(&b.f.done, 60000), 0);
+	assert_int_equal(b.f.result, 0);
+	pthread_join(b.r.th, NULL);
+	assert_int_equal(b.r.got, BIG_N);
+	assert_memory_equal(b.r.in, b.out, BIG_N);
+	assert_int_equal(perch__load_u32(&b.f.deliveries), 1);
+	big_send_close(&b);
+}
+
+/*
+ * The reader reads nothing: the send is stuck in the kernel when the conn
+ * is closed. The flush gets -EPIPE exactly once, and the cancelled send's
+ * completion still returns its reference (refs back to 1: send_done ran,
+ * the socket was finalized).
+ */
+static void close_during_a_stuck_send_fails_the_flush_once_and_returns_every_reference(void **state)
+{
+	struct big_send b;
+	big_send_open(&b);
+	assert_int_equal(perch_conn_try_flush_or_park(b.c, &b.f.fl), PERCH_PENDING);
+	/* Wait until the kernel holds bytes for the reader and they stop growing: the send is stuck. */
+	int queued = 0, before = -1;
+	for (int i = 0; i < LU_TIMEOUT_MS / 10 && (queued == 0 || queued != before); i++) {
+		before = queued;
+		usleep(10 * 1000);
+		ioctl(b.r.fd, FIONREAD, &queued);
+	}
+	assert_true(queued > 0 && queued < BIG_N);
+	perch_conn_close(b.c);
+	assert_int_equal(lu_sem_wait(&b.f.done, LU_TIMEOUT_MS), 0);
+	assert_int_equal(b.f.result, -EPIPE);
+	for (int i = 0; i < LU_TIMEOUT_MS && perch__load_u32(&b.c->refs) != 1; i++)
+		usleep(1000);
+	assert_int_equal(perch__load_u32(&b.c->refs), 1);
+	/* send_done delivers before it drops the send's reference: any second delivery came by now. */
+	assert_int_equal(perch__load_u32(&b.f.deliveries), 1);
+	big_send_close(&b);
+}
+
 struct order {
 	uint32_t next[2];
 	uint32_t wrong;
@@ -740,14 +897,8 @@ static void connect_to_a_closed_port_reports_the_error_once(void **state)
 	struct lu_loop l;
 	assert_int_equal(lu_start(&l, NULL), 0);
 	/* A port held by a plain socket that is bound and never listens: a connect is refused. */
-	int held = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	socklen_t alen = sizeof(a);
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_true(held >= 0);
-	assert_int_equal(bind(held, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(getsockname(held, (struct sockaddr *)&a, &alen), 0);
-	int port = ntohs(a.sin_port);
+	int port;
+	int held = loopback_bound_socket(&port);
 	struct lu_connect k = { .c = NULL };
 	sem_init(&k.done, 0, 0);
 	assert_int_equal(perch_connect(l.loop, "127.0.0.1", port, NULL, lu_connected, &k), 0);
@@ -856,6 +1007,8 @@ int main(void)
 		cmocka_unit_test(parked_connection_is_served_when_the_one_before_it_only_gets_a_fin),
 		cmocka_unit_test(parked_connection_is_served_when_the_one_before_it_stays_idle),
 		cmocka_unit_test(fin_arriving_after_a_local_close_is_not_delivered),
+		cmocka_unit_test(flush_of_8mib_in_2048_buffers_to_a_slow_reader_arrives_whole_and_in_order),
+		cmocka_unit_test(close_during_a_stuck_send_fails_the_flush_once_and_returns_every_reference),
 		cmocka_unit_test(posts_from_two_threads_run_once_each_in_posting_order),
 		cmocka_unit_test(connect_to_a_closed_port_reports_the_error_once),
 		cmocka_unit_test(bad_arguments_return_einval),
