@@ -17,7 +17,6 @@
 #define DEFAULT_ROUNDS 200000u
 #define MIN_SPAN_CYCLES 128u   /* the jitter spreads starts over about two racing calls */
 #define MAX_SPAN_CYCLES (1u << 20)
-#define GO_DELAY_CYCLES 4000u  /* every actor starts its round at the same TSC instant */
 #define SPINS_BEFORE_YIELD 2000u
 #define EXTEND_MAX_FACTOR 4u       /* a race short of its overlap floor may run up to 4x its rounds */
 #define EXTEND_MAX_SECONDS 90.0
@@ -37,9 +36,15 @@ struct race {
 	uint64_t first_round, end_round; /* the batch the actors are running */
 	uint64_t rounds_run;             /* so far; fewer than asked when stopped early */
 	struct spin_barrier barrier;
-	uint64_t go_tsc;                 /* when this round's actors start, set by the last to arrive */
-	uint64_t start[RACE_MAX_ACTORS];
-	uint64_t end[RACE_MAX_ACTORS];
+	/*
+	 * Overlap is judged on one shared sequence, not on clocks: TSCs of two
+	 * vCPUs can be tens of microseconds apart (seen here). Each racing half
+	 * takes a ticket when it starts and one when it ends.
+	 */
+	uint64_t seq;
+	uint64_t start_seq[RACE_MAX_ACTORS];
+	uint64_t end_seq[RACE_MAX_ACTORS];
+	uint64_t start_tsc[RACE_MAX_ACTORS];  /* this core's clock: durations only */
 	bool windowed[RACE_MAX_ACTORS];   /* the actor timed itself this round */
 	uint64_t took[RACE_MAX_ACTORS];   /* cycles each actor's half took this round */
 	uint64_t span;                    /* the jitter window, in cycles */
@@ -66,13 +71,11 @@ void race_spin_pause(unsigned *spins)
 	sched_yield();
 }
 
-/* Waits for every actor; the last to arrive sets *go_tsc (when not NULL) before it lets them go. */
-static void barrier_wait(struct spin_barrier *b, uint32_t *local_sense, uint64_t *go_tsc)
+/* Waits for every actor. */
+static void barrier_wait(struct spin_barrier *b, uint32_t *local_sense)
 {
 	uint32_t sense = *local_sense = !*local_sense;
 	if (perch__faa_u32(&b->count, 1) == b->parties - 1) {
-		if (go_tsc)
-			perch__store_u64(go_tsc, __rdtsc() + GO_DELAY_CYCLES);
 		perch__store_u32(&b->count, 0);
 		perch__store_u32(&b->sense, sense);
 		return;
@@ -92,15 +95,28 @@ static uint64_t next_random(uint64_t *s)
 }
 
 /*
- * Starts the actor at a random instant in [go, go + span): span follows
- * how long the racing calls take (twice their running average), so the
- * two halves overlap often whether the build is plain or sanitized.
+ * Spins a random while in [0, span) cycles of this core's clock from
+ * `from`: span follows how long the racing calls take (twice their running
+ * average), so the two halves overlap often whether the build is plain or
+ * sanitized.
  */
-static void jitter_from(uint64_t go, uint64_t span, uint64_t *rng)
+static void jitter_from(uint64_t from, uint64_t span, uint64_t *rng)
 {
-	uint64_t start = go + next_random(rng) % span;
+	uint64_t start = from + next_random(rng) % span;
 	while (__rdtsc() < start)
 		perch__cpu_relax();
+}
+
+static void open_window(struct race *r, int actor)
+{
+	r->start_tsc[actor] = __rdtsc();
+	r->start_seq[actor] = perch__faa_u64(&r->seq, 1);
+}
+
+static void close_window(struct race *r, int actor)
+{
+	r->end_seq[actor] = perch__faa_u64(&r->seq, 1);
+	r->took[actor] = __rdtsc() - r->start_tsc[actor];
 }
 
 static __thread struct race *current_race;
@@ -114,12 +130,12 @@ int race_current_actor(void)
 void race_window_open(void)
 {
 	current_race->windowed[current_actor] = true;
-	current_race->start[current_actor] = __rdtsc();
+	open_window(current_race, current_actor);
 }
 
 void race_window_close(void)
 {
-	current_race->end[current_actor] = __rdtsc();
+	close_window(current_race, current_actor);
 }
 
 void race_busy_work(void)
@@ -164,8 +180,8 @@ static void judge_round(struct race *r, uint64_t round)
 {
 	update_span(r);
 	/* Overlap: the timed halves of actors 0 and 1 intersect. */
-	uint64_t lo = r->start[0] > r->start[1] ? r->start[0] : r->start[1];
-	uint64_t hi = r->end[0] < r->end[1] ? r->end[0] : r->end[1];
+	uint64_t lo = r->start_seq[0] > r->start_seq[1] ? r->start_seq[0] : r->start_seq[1];
+	uint64_t hi = r->end_seq[0] < r->end_seq[1] ? r->end_seq[0] : r->end_seq[1];
 	if (lo < hi)
 		r->overlaps++;
 	if (!r->def->judge(r, r->state, round) && r->failures == 0)
@@ -184,26 +200,25 @@ static void *actor_main(void *p)
 	for (uint64_t round = r->first_round; round < r->end_round; round++) {
 		if (a->index == 0)
 			r->def->setup(r->state, round);
-		barrier_wait(&r->barrier, &sense, &r->go_tsc);
+		barrier_wait(&r->barrier, &sense);
 		/* Set before the main actor reached this barrier: every actor sees it in the same round. */
 		if (perch__load_u32(&r->stop)) {
 			if (a->index == 0)
 				r->end_round = round;
 			break;
 		}
-		/* Whoever saw the barrier open first, both start from the same instant, then jitter apart. */
-		jitter_from(perch__load_u64(&r->go_tsc), r->span, &a->rng);
+		/* Both saw the barrier open within a cache-line transfer; now jitter apart. */
+		jitter_from(__rdtsc(), r->span, &a->rng);
 		r->windowed[a->index] = false;
-		uint64_t start = __rdtsc();
+		/* Unless the actor timed its racing part itself, the whole half is the window. */
+		uint64_t seq_before = perch__faa_u64(&r->seq, 1), tsc_before = __rdtsc();
 		r->def->actor[a->index](r->state, round);
-		uint64_t end = __rdtsc();
 		if (!r->windowed[a->index]) {
-			r->start[a->index] = start;
-			r->end[a->index] = end;
+			r->start_seq[a->index] = seq_before;
+			r->start_tsc[a->index] = tsc_before;
+			close_window(r, a->index);
 		}
-		/* The span follows the racing part: an actor's wait for its turn is not it. */
-		r->took[a->index] = r->end[a->index] - r->start[a->index];
-		barrier_wait(&r->barrier, &sense, NULL);
+		barrier_wait(&r->barrier, &sense);
 		if (a->index == 0)
 			judge_round(r, round);
 	}
@@ -302,6 +317,9 @@ struct race_outcome race_run(const struct race_def *def)
 	       r.rounds_run < r.rounds * EXTEND_MAX_FACTOR && now_seconds() - t0 < EXTEND_MAX_SECONDS)
 		run_batch(&r, args, r.rounds / 4 + 1);
 	def->destroy(r.state);
+	if (getenv("PERCH_STRESS_DEBUG"))
+		fprintf(stderr, "  %s: span %" PRIu64 " cycles, last halves %" PRIu64 "/%" PRIu64 " cycles\n",
+			def->name, r.span, r.took[0], r.took[1]);
 
 	struct race_outcome o = { .rounds = r.rounds_run, .overlaps = r.overlaps, .failures = r.failures };
 	memcpy(o.branches, r.branches, sizeof(o.branches));
