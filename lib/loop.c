@@ -776,6 +776,9 @@ int perch_loop_run_once(struct perch_loop *loop, int timeout_ms)
 		loop->owner_tid = tid;
 	else if (loop->owner_tid != tid)
 		return -EEXIST;
+	/* From inside one of this loop's callbacks: a nested turn would re-enter dispatch. */
+	if (current_loop == loop)
+		return -EBUSY;
 	struct perch_loop *prev = current_loop;
 	current_loop = loop;
 	int posted = drain_inbox(loop);

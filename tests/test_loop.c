@@ -910,6 +910,27 @@ static void connect_to_a_closed_port_reports_the_error_once(void **state)
 	close(held);
 }
 
+struct nested {
+	struct perch_loop *loop;
+	int rc;
+};
+
+static void run_once_inside(void *p)
+{
+	struct nested *n = p;
+	n->rc = perch_loop_run_once(n->loop, 0);
+}
+
+static void run_once_from_inside_a_callback_is_refused_with_ebusy(void **state)
+{
+	struct lu_loop l;
+	assert_int_equal(lu_start(&l, NULL), 0);
+	struct nested n = { l.loop, 0 };
+	assert_int_equal(lu_on_loop(&l, run_once_inside, &n), 0);
+	assert_int_equal(n.rc, -EBUSY);
+	assert_int_equal(lu_stop(&l), 0);
+}
+
 static void noop_accept(struct perch_listener *l, struct perch_conn *c, void *arg) {}
 static void noop_connected(struct perch_loop *loop, struct perch_conn *c, int r, void *arg) {}
 static void noop_fn(void *arg) {}
@@ -1011,6 +1032,7 @@ int main(void)
 		cmocka_unit_test(close_during_a_stuck_send_fails_the_flush_once_and_returns_every_reference),
 		cmocka_unit_test(posts_from_two_threads_run_once_each_in_posting_order),
 		cmocka_unit_test(connect_to_a_closed_port_reports_the_error_once),
+		cmocka_unit_test(run_once_from_inside_a_callback_is_refused_with_ebusy),
 		cmocka_unit_test(bad_arguments_return_einval),
 		cmocka_unit_test(io_uring_refused_fails_loop_new_with_one_clear_line),
 	};

@@ -75,7 +75,9 @@ PERCH_API int perch_loop_run(struct perch_loop *loop);
  * Runs one turn: runs posted work, waits up to timeout_ms (negative: no
  * limit, 0: do not wait) for at least one completion, dispatches every
  * completion ready. Returns the number of completions dispatched, or a
- * negative errno (-EINVAL, or the ring's error).
+ * negative errno (-EINVAL; -EEXIST from a thread that does not own the
+ * loop; -EBUSY from inside one of the loop's own callbacks; or the ring's
+ * error).
  */
 PERCH_API int perch_loop_run_once(struct perch_loop *loop, int timeout_ms);
 
