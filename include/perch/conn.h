@@ -114,7 +114,8 @@ PERCH_API int perch_conn_read(struct perch_conn *c, struct perch_read_result *ou
 /*
  * Marks bytes consumed (their buffers go back to the loop) and examined
  * (the next read parks until bytes beyond them arrive), both counted from
- * the start of the last result. Returns 0, or -EINVAL when consumed >
+ * the start of the last result. Call it once per result: a second call, or
+ * one before any read, returns -EINVAL. Returns 0, or -EINVAL when consumed >
  * examined, examined goes past the unconsumed bytes, or examined moves
  * back before an earlier examined position; -EBUSY while a read is parked
  * or its delivery is being handed over.
@@ -157,7 +158,9 @@ PERCH_API int perch_conn_flush(struct perch_conn *c, struct perch_vtask_handle *
 
 /*
  * Closes the connection: a parked read gets a closed result and a parked
- * flush -EPIPE, each exactly once; later reads return closed at once, later
+ * flush -EPIPE, each exactly once, delivered on the calling thread inside
+ * this call (a continuation that releases the connection there must not
+ * release it again afterwards); later reads return closed at once, later
  * writes and flushes of staged bytes -EPIPE. Idempotent. Returns 0 or
  * -EINVAL.
  */
