@@ -67,10 +67,6 @@ static inline uint64_t perch__load_u64(const uint64_t *p) { return PERCH__A_LOAD
 static inline void perch__store_u64(uint64_t *p, uint64_t v) { PERCH__A_STORE(p, v); }
 static inline uint64_t perch__faa_u64(uint64_t *p, uint64_t v) { return PERCH__A_FAA(p, v); }
 static inline bool perch__cas_u64(uint64_t *p, uint64_t o, uint64_t n) { return PERCH__A_CAS(p, o, n); }
-static inline uint64_t perch__xchg_u64(uint64_t *p, uint64_t v) { return PERCH__A_XCHG(p, v); }
-
-static inline int64_t perch__load_i64(const int64_t *p) { return PERCH__A_LOAD(p); }
-static inline void perch__store_i64(int64_t *p, int64_t v) { PERCH__A_STORE(p, v); }
 
 static inline void perch__cpu_relax(void) { __builtin_ia32_pause(); }
 
@@ -150,16 +146,6 @@ static inline void perch__store_u64(uint64_t *p, uint64_t v)
 }
 static inline uint64_t perch__faa_u64(uint64_t *p, uint64_t v) { return ck_pr_faa_64(p, v); }
 static inline bool perch__cas_u64(uint64_t *p, uint64_t o, uint64_t n) { return ck_pr_cas_64(p, o, n); }
-static inline uint64_t perch__xchg_u64(uint64_t *p, uint64_t v) { return ck_pr_fas_64(p, v); }
-
-static inline int64_t perch__load_i64(const int64_t *p)
-{
-	return (int64_t)perch__load_u64((const uint64_t *)p);
-}
-static inline void perch__store_i64(int64_t *p, int64_t v)
-{
-	perch__store_u64((uint64_t *)p, (uint64_t)v);
-}
 
 static inline void perch__cpu_relax(void) { ck_pr_stall(); }
 
