@@ -6,5 +6,6 @@
 #include <perch/vtask.h>
 #include <perch/conn.h>
 #include <perch/loop.h>
+#include <perch/pipe.h>
 
 #endif /* PERCH_H */

@@ -531,10 +531,11 @@ int perch_conn_cancel_read(struct perch_conn *c)
 
 /* ================= public calls: one writer, any thread ================= */
 
-static struct perch__txbuf *txbuf_with_room(struct perch_conn *c, size_t want)
+/* The staged tail when it has `room` bytes free, else a new buffer of at least `want` bytes. */
+static struct perch__txbuf *txbuf_with_room(struct perch_conn *c, size_t room, size_t want)
 {
 	struct perch__txbuf *t = c->staged_tail;
-	if (t && t->cap > t->len)
+	if (t && t->cap - t->len >= room)
 		return t;
 	size_t cap = want > TXBUF_MIN_CAP ? want : TXBUF_MIN_CAP;
 	if (cap > UINT32_MAX)
@@ -563,7 +564,7 @@ int perch_conn_write(struct perch_conn *c, const void *data, size_t len)
 		return -EPIPE;
 	const uint8_t *p = data;
 	while (len > 0) {
-		struct perch__txbuf *b = txbuf_with_room(c, len);
+		struct perch__txbuf *b = txbuf_with_room(c, 1, len);
 		if (!b)
 			return -ENOMEM;
 		size_t n = b->cap - b->len;
@@ -576,6 +577,80 @@ int perch_conn_write(struct perch_conn *c, const void *data, size_t len)
 		len -= n;
 	}
 	return 0;
+}
+
+/* ================= staging and draining for the pipe adapters ================= */
+
+int perch__conn_stage_buffer(struct perch_conn *c, size_t hint, uint8_t **buf, size_t *len)
+{
+	if (hint > UINT32_MAX)
+		return -EINVAL;
+	if (perch__load_u32(&c->flush_busy))
+		return -EBUSY;
+	if (tx_is_closed(c))
+		return -EPIPE;
+	size_t room = hint ? hint : 1;
+	struct perch__txbuf *b = txbuf_with_room(c, room, room);
+	if (!b)
+		return -ENOMEM;
+	*buf = b->data + b->len;
+	*len = b->cap - b->len;
+	return 0;
+}
+
+int perch__conn_stage_commit(struct perch_conn *c, size_t n)
+{
+	struct perch__txbuf *t = c->staged_tail;
+	if (perch__load_u32(&c->flush_busy))
+		return -EBUSY;
+	if (n > (t ? t->cap - t->len : 0))
+		return -EINVAL;
+	if (n == 0)
+		return 0;
+	t->len += (uint32_t)n;
+	c->staged_len += n;
+	return 0;
+}
+
+struct perch__txbuf *perch__conn_take_staged(struct perch_conn *c, size_t *len)
+{
+	*len = c->staged_len;
+	struct perch__txbuf *chain = take_staged(c);
+	/* An empty tail (a buffer got and never committed) carries nothing: drop it here. */
+	struct perch__txbuf **p = &chain;
+	while (*p) {
+		if ((*p)->len == 0) {
+			struct perch__txbuf *empty = *p;
+			*p = empty->next;
+			free(empty);
+		} else {
+			p = &(*p)->next;
+		}
+	}
+	return chain;
+}
+
+void perch__conn_free_chain(struct perch__txbuf *chain)
+{
+	free_chain(chain);
+}
+
+int perch__conn_discard(struct perch_conn *c)
+{
+	if (!perch__cas_uptr(&c->read_waiter, PERCH__SLOT_EMPTY, PERCH__SLOT_CLAIM))
+		return -EBUSY;
+	perch__fence_rmw_then_load();
+	drain_fifo(c);
+	consume_bytes(c, c->rd_drained - c->rd_consumed);
+	c->rd_consumed = c->rd_examined = c->rd_drained;
+	c->rd_have_result = false;
+	release_claim(c);
+	return 0;
+}
+
+void perch__conn_wake_reader(struct perch_conn *c)
+{
+	wake_reader(c);
 }
 
 int perch_conn_try_flush_or_park(struct perch_conn *c, struct perch_flush_listener *listener)

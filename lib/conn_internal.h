@@ -110,6 +110,24 @@ void perch__conn_failed(struct perch_conn *c, int err);
 /* The backend is done with a chain given to ops->send: taken whole (0) or failed. */
 void perch__conn_send_done(struct perch_conn *c, struct perch__txbuf *chain, int result);
 
+/* ---- for the pipe adapters (pipes/): the writer's zero-copy staging, the reader's discard ---- */
+
+/*
+ * Room for at least `hint` bytes (1 when 0) at the end of the staged bytes:
+ * *buf and *len describe all of it. Returns 0, -EBUSY while a flush is in
+ * progress, -EPIPE when closed, -ENOMEM, -EINVAL for a hint over 4 GiB.
+ */
+int perch__conn_stage_buffer(struct perch_conn *c, size_t hint, uint8_t **buf, size_t *len);
+/* Commits `n` bytes written into the last perch__conn_stage_buffer. Returns 0, -EBUSY, -EINVAL (more than it gave). */
+int perch__conn_stage_commit(struct perch_conn *c, size_t n);
+/* Takes every staged buffer (the in-memory pipe hands them to its reader), *len bytes in all. */
+struct perch__txbuf *perch__conn_take_staged(struct perch_conn *c, size_t *len);
+void perch__conn_free_chain(struct perch__txbuf *chain);
+/* Releases every received byte (the reader completed). Returns 0, or -EBUSY while a read owns the slot. */
+int perch__conn_discard(struct perch_conn *c);
+/* A completion with nothing new, as when two completions target one park (tests use it). */
+void perch__conn_wake_reader(struct perch_conn *c);
+
 /* References held by in-flight backend work. */
 void perch__conn_ref(struct perch_conn *c);
 void perch__conn_unref(struct perch_conn *c);

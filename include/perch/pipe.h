@@ -1,0 +1,174 @@
+/* perch/pipe.h: pipe reader and writer (System.IO.Pipelines style) over a connection or in memory. */
+#ifndef PERCH_PIPE_H
+#define PERCH_PIPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <perch/common.h>
+#include <perch/conn.h>
+#include <perch/vtask.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * A pipe reader hands out received bytes without copying them; a pipe
+ * writer stages bytes and flushes them. Both park directly on the
+ * connection (or the in-memory pipe) through its listener slot, so a read
+ * or flush that waits costs one continuation registration: the caller's,
+ * on the adapter's own value task. doc/pipes.md builds a protocol on them.
+ *
+ * One reader and one writer at a time; each may be used from any thread,
+ * and the reader and writer from different threads. A waiting read or
+ * flush hands back a value-task handle: register a continuation
+ * (perch_vtask_on_complete) or block (perch_vtask_wait, never on a loop
+ * thread). No call runs the caller's continuation inline.
+ */
+struct perch_pipe_reader;
+struct perch_pipe_writer;
+
+/* Options of an in-memory pipe; zeroed (or NULL) means every default. */
+struct perch_pipe_opts {
+	size_t pause_bytes;        /* unread bytes at which a flush waits; 0: 64 KiB */
+	size_t resume_bytes;       /* a waiting flush completes at or below this; 0: pause_bytes / 2; < pause_bytes */
+};
+
+/* ---- Creating and freeing ---- */
+
+/*
+ * A reader over `c`. It takes its own reference on the connection (the
+ * caller keeps its own). Returns 0 with *out set, -EINVAL, -ENOMEM.
+ */
+PERCH_API int perch_pipe_reader_new(struct perch_conn *c, struct perch_pipe_reader **out);
+
+/*
+ * A writer over `c`: a flush hands the staged bytes to the loop and, when
+ * it waits, completes once the kernel took every byte (the socket's buffer
+ * is the backpressure). Takes its own reference. Returns 0, -EINVAL, -ENOMEM.
+ */
+PERCH_API int perch_pipe_writer_new(struct perch_conn *c, struct perch_pipe_writer **out);
+
+/*
+ * An in-memory pipe: what the writer flushes, the reader reads, with the
+ * same calls as over a connection, so layers (framing, TLS, compression)
+ * stack and tests need no sockets. A flush waits while pause_bytes or more
+ * are unread and completes when the reader consumed down to resume_bytes.
+ * Returns 0 with both ends set, -EINVAL (bad thresholds), -ENOMEM.
+ */
+PERCH_API int perch_pipe_new(const struct perch_pipe_opts *opts, struct perch_pipe_reader **reader,
+			     struct perch_pipe_writer **writer);
+
+/*
+ * Completes the reader (if not yet) and frees it, dropping its reference on
+ * the connection. No read may be waiting on another thread's continuation
+ * that could still touch it: free after the read's task completed (from
+ * inside its continuation is fine). NULL is ignored.
+ */
+PERCH_API void perch_pipe_reader_free(struct perch_pipe_reader *r);
+
+/*
+ * Completes the writer (if not yet) and frees it. A flush the kernel still
+ * holds signals the writer when it completes: free after its task
+ * completed, or after perch_conn_close (which completes it at once).
+ * NULL is ignored.
+ */
+PERCH_API void perch_pipe_writer_free(struct perch_pipe_writer *w);
+
+/* ---- Reading ---- */
+
+/*
+ * Reads what is there, or waits. Returns 0 with *out filled: the bytes not
+ * yet consumed (`out->len`, zero-copy segments from `out->first` at
+ * `out->first_off`), `completed` once the writer (or peer) finished and
+ * every byte is in the result, `canceled` after perch_pipe_cancel_pending_read,
+ * `error` or `closed` for a failed or closed connection. Returns
+ * PERCH_PENDING with *task set when nothing new is there: the task
+ * completes with 0 when a result is ready, and the next perch_pipe_read
+ * (or perch_pipe_try_read) returns it at once; with -ECANCELED when the
+ * reader was completed meanwhile. Returns -EBUSY while a read is waiting
+ * (it is untouched), -EINVAL for NULLs or a completed reader.
+ * Call perch_pipe_advance_to once after each result.
+ */
+PERCH_API int perch_pipe_read(struct perch_pipe_reader *r, struct perch_read_result *out,
+			      struct perch_vtask_handle *task);
+
+/* As perch_pipe_read, but never waits: -EAGAIN when nothing new is there. */
+PERCH_API int perch_pipe_try_read(struct perch_pipe_reader *r, struct perch_read_result *out);
+
+/*
+ * Marks bytes of the last result consumed (their buffers go back at once)
+ * and examined (the next read waits for bytes beyond them instead of
+ * returning the same ones), both counted from the start of that result.
+ * Returns 0; -EINVAL with no result to advance (advance without read, or
+ * twice), consumed > examined, examined past the result, or examined
+ * before an earlier examined position; -EBUSY while a read is waiting.
+ */
+PERCH_API int perch_pipe_advance_to(struct perch_pipe_reader *r, size_t consumed, size_t examined);
+
+/*
+ * Wakes the waiting read with a canceled result, or makes the next read
+ * return canceled at once. Any thread. Returns 0 or -EINVAL.
+ */
+PERCH_API int perch_pipe_cancel_pending_read(struct perch_pipe_reader *r);
+
+/*
+ * The reader is done: a waiting read is taken back (its task completes with
+ * -ECANCELED), every received buffer goes back, and later reads return
+ * -EINVAL. On an in-memory pipe the writer's flushes then fail with -EPIPE.
+ * Idempotent. Returns 0 or -EINVAL.
+ */
+PERCH_API int perch_pipe_reader_complete(struct perch_pipe_reader *r);
+
+/* ---- Writing ---- */
+
+/*
+ * Room to write at least `size_hint` bytes (at least 1 when 0) without a
+ * copy: *buf and *len describe all of it; commit what you wrote with
+ * perch_pipe_advance. Returns 0, -EBUSY while a flush is waiting (nothing
+ * is staged then), -EPIPE when the other end is gone, -EINVAL (NULLs, a
+ * completed writer, a hint over 4 GiB), -ENOMEM.
+ */
+PERCH_API int perch_pipe_get_buffer(struct perch_pipe_writer *w, size_t size_hint, uint8_t **buf,
+				    size_t *len);
+
+/* Commits `n` bytes written into the last buffer. Returns 0, -EINVAL (more than it gave, completed), -EBUSY. */
+PERCH_API int perch_pipe_advance(struct perch_pipe_writer *w, size_t n);
+
+/* Copies `len` bytes in (get_buffer + advance). Returns as perch_pipe_get_buffer. */
+PERCH_API int perch_pipe_write(struct perch_pipe_writer *w, const void *data, size_t len);
+
+/*
+ * Sends what was committed. Returns 0 when done now (nothing committed, or,
+ * in memory, the reader has room); PERCH_PENDING with *task set, completing
+ * with 0, -EPIPE (closed, or the reader completed), -ECANCELED
+ * (perch_pipe_cancel_pending_flush) or the send's error; -EBUSY while a
+ * flush is waiting (untouched); -EPIPE when closed (committed bytes are
+ * dropped); -ECANCELED when a cancel was pending (nothing is sent: the
+ * bytes stay committed for the next flush); -EINVAL.
+ */
+PERCH_API int perch_pipe_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *task);
+
+/*
+ * Completes the waiting flush with -ECANCELED now (over a connection the
+ * kernel keeps the bytes it holds, and writes stay refused until it took
+ * them), or makes the next flush return -ECANCELED. Any thread. Returns 0
+ * or -EINVAL.
+ */
+PERCH_API int perch_pipe_cancel_pending_flush(struct perch_pipe_writer *w);
+
+/*
+ * The writer is done. Bytes committed and not flushed are dropped; on an
+ * in-memory pipe the reader sees `completed` after every flushed byte.
+ * A connection stays open (perch_conn_close ends it). Later writes and
+ * flushes return -EINVAL. Idempotent. Returns 0 or -EINVAL.
+ */
+PERCH_API int perch_pipe_writer_complete(struct perch_pipe_writer *w);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PERCH_PIPE_H */

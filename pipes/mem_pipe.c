@@ -1,0 +1,236 @@
+/* pipes/mem_pipe.c: the in-memory pipe: a connection fed by its own writer, with pause/resume backpressure. */
+#include "config.h"
+
+#include <stdlib.h>
+
+#include "atomic.h"
+#include "pipe_internal.h"
+
+#define DEFAULT_PAUSE (64u * 1024u)
+
+/*
+ * The reader side is a connection core with no socket: the writer is its
+ * one producer (perch__conn_recv_arrived), the reader its consumer, so a
+ * read parks and is delivered through the same slot as over TCP. A
+ * flushed buffer becomes a segment without a copy.
+ *
+ * Backpressure is a one-slot arm like the connection's flush: the writer
+ * readies its task, publishes `waiting`, then looks at `unread`; the
+ * reader lowers `unread`, then looks at `waiting`. Each side publishes
+ * with a read-modify-write and fences before it looks, so one of them
+ * always sees the other, and whoever takes `waiting` back (an exchange)
+ * completes the flush, exactly once.
+ */
+struct perch__mem_pipe {
+	struct perch_pipe_writer *w;      /* the vtask a waiting flush completes lives there */
+	size_t pause, resume;
+	uint64_t unread;                  /* flushed and not yet consumed */
+	uint32_t waiting;                 /* a flush waits for room */
+	uint32_t token;                   /* its version, stored before `waiting` publishes it */
+	uint32_t reader_done;
+};
+
+struct mem_seg {
+	struct perch_seg seg;
+	struct perch__txbuf *buf;         /* the writer's buffer, lent without a copy */
+};
+
+static void mem_room_made(struct perch__mem_pipe *mp, uint64_t n);
+
+/* Nothing flushes through the connection core (the writer publishes itself): refuse, as closed. */
+static void mem_send(struct perch_conn *c, struct perch__txbuf *chain)
+{
+	perch__conn_free_chain(chain);
+}
+
+static void mem_release_seg(struct perch_conn *c, struct perch_seg *seg)
+{
+	struct mem_seg *ms = (struct mem_seg *)seg;
+	uint32_t len = seg->len;
+	perch__conn_free_chain(ms->buf);
+	free(ms);
+	mem_room_made(c->transport, len);
+}
+
+static void mem_destroy(struct perch_conn *c)
+{
+	free(c->transport);
+}
+
+static const struct perch__transport_ops mem_ops = {
+	.send = mem_send,
+	.release_seg = mem_release_seg,
+	.destroy = mem_destroy,
+};
+
+static bool has_room(struct perch__mem_pipe *mp)
+{
+	return perch__load_u64(&mp->unread) <= mp->resume || perch__load_u32(&mp->reader_done);
+}
+
+bool perch__mem_wake_flush(struct perch__mem_pipe *mp, int result)
+{
+	if (!perch__load_u32(&mp->waiting) || perch__xchg_u32(&mp->waiting, 0) == 0)
+		return false;
+	perch_vtask_complete(&mp->w->vt, perch__load_u32(&mp->token), result);
+	return true;
+}
+
+/* The reader consumed `n` bytes (its thread, inside advance). */
+static void mem_room_made(struct perch__mem_pipe *mp, uint64_t n)
+{
+	perch__faa_u64(&mp->unread, (uint64_t)0 - n);
+	perch__fence_rmw_then_load();
+	if (has_room(mp))
+		perch__mem_wake_flush(mp, perch__load_u32(&mp->reader_done) ? -EPIPE : 0);
+}
+
+int perch__mem_write_refusal(struct perch__mem_pipe *mp)
+{
+	if (perch__load_u32(&mp->reader_done))
+		return -EPIPE;
+	return perch__load_u32(&mp->waiting) ? -EBUSY : 0;
+}
+
+static void free_spares(struct mem_seg *spares)
+{
+	while (spares) {
+		struct mem_seg *next = (struct mem_seg *)spares->seg.next;
+		free(spares);
+		spares = next;
+	}
+}
+
+/*
+ * Lends each committed buffer to the reader as a segment. Every segment is
+ * allocated first, so running out of memory lends nothing. Returns 0 or
+ * -ENOMEM (the chain is still the caller's).
+ */
+static int publish(struct perch_pipe_writer *w, struct perch__txbuf *chain)
+{
+	struct mem_seg *spares = NULL;
+	for (struct perch__txbuf *b = chain; b; b = b->next) {
+		struct mem_seg *ms = calloc(1, sizeof(*ms));
+		if (!ms) {
+			free_spares(spares);
+			return -ENOMEM;
+		}
+		ms->seg.next = &spares->seg;
+		spares = ms;
+	}
+	for (struct perch__txbuf *b = chain, *next; b; b = next) {
+		next = b->next;
+		struct mem_seg *ms = spares;
+		spares = (struct mem_seg *)ms->seg.next;
+		b->next = NULL;
+		ms->buf = b;
+		ms->seg.next = NULL;
+		ms->seg.data = b->data;
+		ms->seg.len = b->len;
+		perch__faa_u64(&w->mem->unread, b->len);
+		if (perch__conn_recv_arrived(w->c, &ms->seg) != 0) {
+			/* The queue's own node could not be allocated: this and later buffers are lost. */
+			perch__faa_u64(&w->mem->unread, (uint64_t)0 - b->len);
+			free(ms);
+			perch__conn_free_chain(b);
+			b->next = NULL;
+			perch__conn_free_chain(next);
+			free_spares(spares);
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+/* Parks the flush until the reader makes room, or serves it if room came meanwhile. */
+static int wait_for_room(struct perch__mem_pipe *mp, struct perch_vtask_handle *task)
+{
+	uint32_t token = perch_vtask_ready(&mp->w->vt);
+	perch__store_u32(&mp->token, token);
+	perch__xchg_u32(&mp->waiting, 1);
+	perch__fence_rmw_then_load();
+	task->task = &mp->w->vt;
+	task->token = token;
+	if (!has_room(mp))
+		return PERCH_PENDING;
+	/* Room came before we published: take the wait back, unless the reader did (it completes the task). */
+	if (perch__xchg_u32(&mp->waiting, 0) == 0)
+		return PERCH_PENDING;
+	return perch__load_u32(&mp->reader_done) ? -EPIPE : 0;
+}
+
+int perch__mem_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *task)
+{
+	struct perch__mem_pipe *mp = w->mem;
+	int refused = perch__mem_write_refusal(mp);
+	if (refused == -EPIPE) {
+		size_t len;
+		perch__conn_free_chain(perch__conn_take_staged(w->c, &len));
+	}
+	if (refused)
+		return refused;
+	if (perch__xchg_u32(&w->cancel, 0))
+		return -ECANCELED;
+	size_t len;
+	struct perch__txbuf *chain = perch__conn_take_staged(w->c, &len);
+	if (chain && publish(w, chain) != 0)
+		return -ENOMEM;
+	if (perch__load_u64(&mp->unread) < mp->pause)
+		return 0;
+	return wait_for_room(mp, task);
+}
+
+void perch__mem_writer_completed(struct perch_pipe_writer *w)
+{
+	size_t len;
+	struct perch__txbuf *chain = perch__conn_take_staged(w->c, &len);
+	if (chain && perch__load_u32(&w->mem->reader_done))
+		perch__conn_free_chain(chain);
+	else if (chain)
+		publish(w, chain);
+	/* A flush still waiting ends here: the reader must not reach this writer once it is freed. */
+	perch__mem_wake_flush(w->mem, -EPIPE);
+	perch__conn_peer_closed(w->c);
+}
+
+void perch__mem_reader_completed(struct perch__mem_pipe *mp)
+{
+	perch__xchg_u32(&mp->reader_done, 1);
+	perch__fence_rmw_then_load();
+	perch__mem_wake_flush(mp, -EPIPE);
+}
+
+int perch_pipe_new(const struct perch_pipe_opts *opts, struct perch_pipe_reader **reader,
+		   struct perch_pipe_writer **writer)
+{
+	static const struct perch_pipe_opts defaults;
+	if (!reader || !writer)
+		return -EINVAL;
+	opts = opts ? opts : &defaults;
+	size_t pause = opts->pause_bytes ? opts->pause_bytes : DEFAULT_PAUSE;
+	size_t resume = opts->resume_bytes ? opts->resume_bytes : pause / 2;
+	if (resume >= pause)
+		return -EINVAL;
+	struct perch__mem_pipe *mp = calloc(1, sizeof(*mp));
+	if (!mp)
+		return -ENOMEM;
+	mp->pause = pause;
+	mp->resume = resume;
+	struct perch_conn *c = perch__conn_new(&mem_ops, mp);
+	if (!c) {
+		free(mp);
+		return -ENOMEM;
+	}
+	struct perch_pipe_reader *r = NULL;
+	struct perch_pipe_writer *w = NULL;
+	int rc = perch__pipe_reader_init(&r, c, mp);
+	if (rc == 0 && (rc = perch__pipe_writer_init(&w, c, mp)) != 0)
+		perch_pipe_reader_free(r);
+	if (rc == 0) {
+		mp->w = w;
+		*reader = r;
+		*writer = w;
+	}
+	perch__conn_unref(c);   /* each end holds its own */
+	return rc;
+}

@@ -1,0 +1,60 @@
+/* pipes/pipe_internal.h: the pipe adapters' state, shared by the reader, the writer and the in-memory pipe. */
+#ifndef PERCH_PIPES_PIPE_INTERNAL_H
+#define PERCH_PIPES_PIPE_INTERNAL_H
+
+#include <perch/pipe.h>
+
+#include "conn_internal.h"
+
+struct perch__mem_pipe;
+
+/*
+ * The reader parks on the connection through `listener`, whose on_parking
+ * readies the one value task its caller awaits. A wake that brings nothing
+ * new parks again from inside on_recv_ready through `repark`, whose
+ * on_parking hands back the version the caller already holds.
+ */
+struct perch_pipe_reader {
+	struct perch_recv_listener listener;
+	struct perch_recv_listener repark;
+	struct perch_conn *c;
+	struct perch__mem_pipe *mem;      /* the in-memory pipe this reads, or NULL */
+	struct perch_vtask vt;
+	uint32_t token;                   /* the version the last park readied (reading thread) */
+	uint64_t repark_cookie;           /* the version a re-park keeps (delivering thread) */
+	uint32_t has_delivered;           /* `delivered` holds a result the caller has not taken */
+	uint32_t completed;
+	struct perch_read_result delivered;
+};
+
+/* The writer stages on the connection (zero-copy) and parks its flush on it, or on the in-memory pipe. */
+struct perch_pipe_writer {
+	struct perch_flush_listener listener;
+	struct perch_conn *c;
+	struct perch__mem_pipe *mem;      /* the in-memory pipe this writes, or NULL */
+	struct perch_vtask vt;
+	uint32_t token;                   /* the waiting flush's version; read by a cancel on any thread */
+	uint32_t cancel;                  /* a cancel for the next flush */
+	uint32_t completed;
+};
+
+/* ---- the in-memory pipe, for the reader and writer (pipes/mem_pipe.c) ---- */
+
+/* Why a write is refused now: -EBUSY (a flush waits for room), -EPIPE (the reader completed), or 0. */
+int perch__mem_write_refusal(struct perch__mem_pipe *mp);
+/* Hands the committed bytes to the reader; waits for room past the pause threshold. */
+int perch__mem_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *task);
+/* Completes the waiting flush with `result` if one waits. Returns whether one did. */
+bool perch__mem_wake_flush(struct perch__mem_pipe *mp, int result);
+/* The writer completed: its committed bytes, then the end of the stream; a waiting flush gets -EPIPE. */
+void perch__mem_writer_completed(struct perch_pipe_writer *w);
+/* The reader completed: a waiting flush and every later one fail with -EPIPE. */
+void perch__mem_reader_completed(struct perch__mem_pipe *mp);
+
+/* Readers and writers made over `c` (the in-memory pipe makes its own conn). */
+int perch__pipe_reader_init(struct perch_pipe_reader **out, struct perch_conn *c,
+			    struct perch__mem_pipe *mem);
+int perch__pipe_writer_init(struct perch_pipe_writer **out, struct perch_conn *c,
+			    struct perch__mem_pipe *mem);
+
+#endif /* PERCH_PIPES_PIPE_INTERNAL_H */

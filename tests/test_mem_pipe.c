@@ -1,0 +1,232 @@
+/* tests/test_mem_pipe.c: the in-memory pipe: zero-copy handover, pause/resume backpressure, completion both ways, stacking. */
+#include "config.h"
+
+#include <perch.h>
+
+#include "cmocka_prelude.h"
+#include "pipe_internal.h"
+
+struct ends {
+	struct perch_pipe_reader *r;
+	struct perch_pipe_writer *w;
+};
+
+/* pause 8, resume 4: small enough to count by hand. */
+static int setup(void **state)
+{
+	struct ends *e = calloc(1, sizeof(*e));
+	struct perch_pipe_opts o = { .pause_bytes = 8, .resume_bytes = 4 };
+	assert_int_equal(perch_pipe_new(&o, &e->r, &e->w), 0);
+	*state = e;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct ends *e = *state;
+	perch_pipe_reader_free(e->r);
+	perch_pipe_writer_free(e->w);
+	free(e);
+	return 0;
+}
+
+#define R(state) (((struct ends *)*(state))->r)
+#define W(state) (((struct ends *)*(state))->w)
+
+static void flush_below_pause_is_done_and_the_reader_sees_the_writers_buffer(void **state)
+{
+	struct perch_read_result res;
+	struct perch_vtask_handle h;
+	uint8_t *buf;
+	size_t len;
+	assert_int_equal(perch_pipe_get_buffer(W(state), 3, &buf, &len), 0);
+	memcpy(buf, "abc", 3);
+	assert_int_equal(perch_pipe_advance(W(state), 3), 0);
+	assert_int_equal(perch_pipe_flush(W(state), &h), 0);
+	assert_int_equal(perch_pipe_read(R(state), &res, &h), 0);
+	assert_int_equal(res.len, 3);
+	assert_ptr_equal(res.first->data, buf);
+	assert_int_equal(perch_pipe_advance_to(R(state), 3, 3), 0);
+}
+
+static void flush_at_pause_waits_until_the_reader_consumes_down_to_resume(void **state)
+{
+	struct perch_read_result res;
+	struct perch_vtask_handle h, rh;
+	uint8_t *buf;
+	size_t len;
+	assert_int_equal(perch_pipe_write(W(state), "0123456789", 10), 0);
+	assert_int_equal(perch_pipe_flush(W(state), &h), PERCH_PENDING);
+	/* Writes are refused while the flush waits; nothing is staged. */
+	assert_int_equal(perch_pipe_write(W(state), "x", 1), -EBUSY);
+	assert_int_equal(perch_pipe_get_buffer(W(state), 1, &buf, &len), -EBUSY);
+	assert_int_equal(perch_pipe_flush(W(state), &rh), -EBUSY);
+	assert_int_equal(perch_pipe_read(R(state), &res, &rh), 0);
+	assert_int_equal(res.len, 10);
+	/* Consumed to 5 unread, all examined: above resume, still waiting. */
+	assert_int_equal(perch_pipe_advance_to(R(state), 5, 10), 0);
+	assert_int_equal(perch_vtask_status(h), PERCH_PENDING);
+	assert_int_equal(perch_pipe_try_read(R(state), &res), -EAGAIN);
+	assert_int_equal(perch_pipe_read(R(state), &res, &rh), PERCH_PENDING);
+	/* The buffer is one segment: it goes back, and room comes, once all of it is consumed. */
+	assert_int_equal(perch_pipe_write(W(state), "y", 1), -EBUSY);
+	perch_pipe_cancel_pending_read(R(state));
+	assert_int_equal(perch_pipe_read(R(state), &res, &rh), 0);
+	assert_true(res.canceled);
+	assert_int_equal(perch_pipe_advance_to(R(state), 5, 5), 0);
+	int64_t result = -1;
+	assert_int_equal(perch_vtask_result(h, &result), 0);
+	assert_int_equal(result, 0);
+	assert_int_equal(perch_pipe_write(W(state), "y", 1), 0);
+}
+
+static void resume_threshold_is_honoured_across_segments(void **state)
+{
+	struct perch_read_result res;
+	struct perch_vtask_handle h, rh;
+	/* Three flushes, three segments of 3: the third crosses pause (9 >= 8). */
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(perch_pipe_write(W(state), "abc", 3), 0);
+		assert_int_equal(perch_pipe_flush(W(state), &h), 0);
+	}
+	assert_int_equal(perch_pipe_write(W(state), "abc", 3), 0);
+	assert_int_equal(perch_pipe_flush(W(state), &h), PERCH_PENDING);
+	assert_int_equal(perch_pipe_read(R(state), &res, &rh), 0);
+	assert_int_equal(res.len, 9);
+	assert_int_equal(perch_pipe_advance_to(R(state), 3, 3), 0);   /* 6 unread > 4 */
+	assert_int_equal(perch_vtask_status(h), PERCH_PENDING);
+	assert_int_equal(perch_pipe_read(R(state), &res, &rh), 0);
+	assert_int_equal(perch_pipe_advance_to(R(state), 3, 3), 0);   /* 3 unread <= 4 */
+	assert_int_equal(perch_vtask_status(h), 0);
+	assert_int_equal(perch_pipe_read(R(state), &res, &rh), 0);
+	assert_int_equal(perch_pipe_advance_to(R(state), 3, 3), 0);
+}
+
+static void parked_read_is_completed_by_the_writers_flush(void **state)
+{
+	struct perch_read_result res;
+	struct perch_vtask_handle h, wh;
+	assert_int_equal(perch_pipe_read(R(state), &res, &h), PERCH_PENDING);
+	assert_int_equal(perch_pipe_write(W(state), "hi", 2), 0);
+	assert_int_equal(perch_pipe_flush(W(state), &wh), 0);
+	assert_int_equal(perch_vtask_status(h), 0);
+	assert_int_equal(perch_pipe_read(R(state), &res, &h), 0);
+	assert_int_equal(res.len, 2);
+	assert_int_equal(perch_pipe_advance_to(R(state), 2, 2), 0);
+}
+
+static void writer_complete_delivers_its_bytes_then_completed(void **state)
+{
+	struct perch_read_result res;
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_pipe_write(W(state), "tail", 4), 0);
+	assert_int_equal(perch_pipe_writer_complete(W(state)), 0);
+	assert_int_equal(perch_pipe_writer_complete(W(state)), 0);
+	assert_int_equal(perch_pipe_write(W(state), "x", 1), -EINVAL);
+	assert_int_equal(perch_pipe_read(R(state), &res, &h), 0);
+	assert_int_equal(res.len, 4);
+	assert_true(res.completed);
+	assert_int_equal(perch_pipe_advance_to(R(state), 4, 4), 0);
+	assert_int_equal(perch_pipe_read(R(state), &res, &h), 0);
+	assert_true(res.completed);
+	assert_int_equal(res.len, 0);
+	assert_int_equal(perch_pipe_advance_to(R(state), 0, 0), 0);
+}
+
+static void reader_complete_fails_the_waiting_flush_and_later_writes_with_epipe(void **state)
+{
+	struct perch_vtask_handle h;
+	int64_t result = 0;
+	assert_int_equal(perch_pipe_write(W(state), "0123456789", 10), 0);
+	assert_int_equal(perch_pipe_flush(W(state), &h), PERCH_PENDING);
+	assert_int_equal(perch_pipe_reader_complete(R(state)), 0);
+	assert_int_equal(perch_vtask_result(h, &result), 0);
+	assert_int_equal(result, -EPIPE);
+	assert_int_equal(perch_pipe_write(W(state), "x", 1), -EPIPE);
+	assert_int_equal(perch_pipe_flush(W(state), &h), -EPIPE);
+}
+
+static void cancel_completes_the_waiting_flush_or_marks_the_next(void **state)
+{
+	struct perch_read_result res;
+	struct perch_vtask_handle h, rh;
+	int64_t result = 0;
+	assert_int_equal(perch_pipe_write(W(state), "0123456789", 10), 0);
+	assert_int_equal(perch_pipe_flush(W(state), &h), PERCH_PENDING);
+	assert_int_equal(perch_pipe_cancel_pending_flush(W(state)), 0);
+	assert_int_equal(perch_vtask_result(h, &result), 0);
+	assert_int_equal(result, -ECANCELED);
+	/* The bytes were flushed all the same: the reader has them. */
+	assert_int_equal(perch_pipe_read(R(state), &res, &rh), 0);
+	assert_int_equal(res.len, 10);
+	assert_int_equal(perch_pipe_advance_to(R(state), 10, 10), 0);
+	assert_int_equal(perch_pipe_cancel_pending_flush(W(state)), 0);
+	assert_int_equal(perch_pipe_write(W(state), "ab", 2), 0);
+	assert_int_equal(perch_pipe_flush(W(state), &h), -ECANCELED);
+	assert_int_equal(perch_pipe_flush(W(state), &h), 0);
+	assert_int_equal(perch_pipe_read(R(state), &res, &rh), 0);
+	assert_int_equal(res.len, 2);
+	assert_int_equal(perch_pipe_advance_to(R(state), 2, 2), 0);
+}
+
+/* A layer: reads one pipe, upper-cases, writes the next. Both ends on this thread. */
+static void layers_stack_through_two_pipes(void **state)
+{
+	struct perch_pipe_reader *r2;
+	struct perch_pipe_writer *w2;
+	struct perch_read_result res;
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_pipe_new(NULL, &r2, &w2), 0);
+	assert_int_equal(perch_pipe_write(W(state), "sta", 3), 0);
+	assert_int_equal(perch_pipe_flush(W(state), &h), 0);
+	assert_int_equal(perch_pipe_write(W(state), "ck", 2), 0);
+	assert_int_equal(perch_pipe_writer_complete(W(state)), 0);
+	for (;;) {
+		assert_int_equal(perch_pipe_read(R(state), &res, &h), 0);
+		size_t off = res.first_off;
+		for (struct perch_seg *s = res.first; s; s = s->next, off = 0)
+			for (size_t i = off; i < s->len; i++) {
+				char up = (char)(s->data[i] - 'a' + 'A');
+				assert_int_equal(perch_pipe_write(w2, &up, 1), 0);
+			}
+		assert_int_equal(perch_pipe_advance_to(R(state), res.len, res.len), 0);
+		if (res.completed)
+			break;
+	}
+	assert_int_equal(perch_pipe_writer_complete(w2), 0);
+	assert_int_equal(perch_pipe_read(r2, &res, &h), 0);
+	assert_int_equal(res.len, 5);
+	assert_true(res.completed);
+	assert_memory_equal(res.first->data, "STACK", 5);
+	assert_int_equal(perch_pipe_advance_to(r2, 5, 5), 0);
+	perch_pipe_reader_free(r2);
+	perch_pipe_writer_free(w2);
+}
+
+static void bad_options_and_arguments_return_einval(void **state)
+{
+	struct perch_pipe_reader *r = NULL;
+	struct perch_pipe_writer *w = NULL;
+	struct perch_pipe_opts o = { .pause_bytes = 8, .resume_bytes = 8 };
+	assert_int_equal(perch_pipe_new(&o, &r, &w), -EINVAL);
+	assert_int_equal(perch_pipe_new(NULL, NULL, &w), -EINVAL);
+	assert_int_equal(perch_pipe_new(NULL, &r, NULL), -EINVAL);
+	assert_null(r);
+	assert_null(w);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(flush_below_pause_is_done_and_the_reader_sees_the_writers_buffer, setup, teardown),
+		cmocka_unit_test_setup_teardown(flush_at_pause_waits_until_the_reader_consumes_down_to_resume, setup, teardown),
+		cmocka_unit_test_setup_teardown(resume_threshold_is_honoured_across_segments, setup, teardown),
+		cmocka_unit_test_setup_teardown(parked_read_is_completed_by_the_writers_flush, setup, teardown),
+		cmocka_unit_test_setup_teardown(writer_complete_delivers_its_bytes_then_completed, setup, teardown),
+		cmocka_unit_test_setup_teardown(reader_complete_fails_the_waiting_flush_and_later_writes_with_epipe, setup, teardown),
+		cmocka_unit_test_setup_teardown(cancel_completes_the_waiting_flush_or_marks_the_next, setup, teardown),
+		cmocka_unit_test_setup_teardown(layers_stack_through_two_pipes, setup, teardown),
+		cmocka_unit_test_setup_teardown(bad_options_and_arguments_return_einval, setup, teardown),
+	};
+	return cmocka_run_group_tests_name("mem_pipe", tests, NULL, NULL);
+}

@@ -1,0 +1,226 @@
+/* tests/test_pipe_writer.c: the pipe writer over a connection: staging, parked flush, refusals, cancel, complete. */
+#include "config.h"
+
+#include "pipe_fixture.h"
+
+static void flush_parks_until_the_kernel_took_every_byte(void **state)
+{
+	struct perch_pipe_writer *w = writer_of(state);
+	struct perch_vtask_handle h;
+	struct cont_probe p = { 0, -1 };
+	assert_int_equal(perch_pipe_write(w, "hello", 5), 0);
+	assert_int_equal(perch_pipe_flush(w, &h), PERCH_PENDING);
+	assert_int_equal(perch_vtask_on_complete(h, cont_probe_fn, &p), PERCH_PENDING);
+	assert_int_equal(transport_of(state)->sent->len, 5);
+	assert_memory_equal(transport_of(state)->sent->data, "hello", 5);
+	fake_send_done(conn_of(state), 0);
+	assert_int_equal(p.runs, 1);
+	assert_int_equal(p.result, 0);
+}
+
+static void get_buffer_and_advance_stage_without_a_copy(void **state)
+{
+	struct perch_pipe_writer *w = writer_of(state);
+	struct perch_vtask_handle h;
+	uint8_t *buf;
+	size_t len;
+	assert_int_equal(perch_pipe_get_buffer(w, 10, &buf, &len), 0);
+	assert_true(len >= 10);
+	memcpy(buf, "0123456789", 10);
+	assert_int_equal(perch_pipe_advance(w, len + 1), -EINVAL);
+	assert_int_equal(perch_pipe_advance(w, 4), 0);
+	/* The rest of the same buffer comes next. */
+	uint8_t *more;
+	assert_int_equal(perch_pipe_get_buffer(w, 0, &more, &len), 0);
+	assert_ptr_equal(more, buf + 4);
+	more[0] = '!';
+	assert_int_equal(perch_pipe_advance(w, 1), 0);
+	assert_int_equal(perch_pipe_flush(w, &h), PERCH_PENDING);
+	assert_int_equal(transport_of(state)->sent->len, 5);
+	assert_memory_equal(transport_of(state)->sent->data, "0123!", 5);
+	fake_send_done(conn_of(state), 0);
+	assert_int_equal(perch_vtask_status(h), 0);
+}
+
+static void flush_with_nothing_staged_is_done_at_once_and_readies_nothing(void **state)
+{
+	struct perch_pipe_writer *w = writer_of(state);
+	struct perch_vtask_handle h = { NULL, 0 };
+	assert_int_equal(perch_pipe_flush(w, &h), 0);
+	assert_null(h.task);
+	assert_int_equal(w->token, 0);
+	/* A buffer got and never committed carries nothing either. */
+	uint8_t *buf;
+	size_t len;
+	assert_int_equal(perch_pipe_get_buffer(w, 100, &buf, &len), 0);
+	assert_int_equal(perch_pipe_flush(w, &h), 0);
+	assert_int_equal(transport_of(state)->sends, 0);
+}
+
+static void flush_with_nothing_staged_leaves_an_earlier_flushs_unread_result_readable(void **state)
+{
+	struct perch_pipe_writer *w = writer_of(state);
+	struct perch_vtask_handle first, second = { NULL, 0 };
+	int64_t result = -1;
+	assert_int_equal(perch_pipe_write(w, "x", 1), 0);
+	assert_int_equal(perch_pipe_flush(w, &first), PERCH_PENDING);
+	fake_send_done(conn_of(state), 0);
+	assert_int_equal(perch_pipe_flush(w, &second), 0);
+	assert_null(second.task);
+	assert_int_equal(perch_vtask_result(first, &result), 0);
+	assert_int_equal(result, 0);
+}
+
+static void second_flush_refused_while_one_is_parked_leaves_it_to_complete(void **state)
+{
+	struct perch_pipe_writer *w = writer_of(state);
+	struct perch_vtask_handle first, second = { NULL, 0 };
+	assert_int_equal(perch_pipe_write(w, "a", 1), 0);
+	assert_int_equal(perch_pipe_flush(w, &first), PERCH_PENDING);
+	assert_int_equal(perch_pipe_flush(w, &second), -EBUSY);
+	assert_null(second.task);
+	assert_int_equal(perch_vtask_status(first), PERCH_PENDING);
+	fake_send_done(conn_of(state), 0);
+	int64_t result = -1;
+	assert_int_equal(perch_vtask_result(first, &result), 0);
+	assert_int_equal(result, 0);
+}
+
+static void flush_after_the_peer_closed_leaves_the_kernels_flush_to_complete(void **state)
+{
+	struct perch_pipe_writer *w = writer_of(state);
+	struct perch_vtask_handle first, second = { NULL, 0 };
+	assert_int_equal(perch_pipe_write(w, "a", 1), 0);
+	assert_int_equal(perch_pipe_flush(w, &first), PERCH_PENDING);
+	perch__conn_peer_closed(conn_of(state));
+	assert_int_equal(perch_pipe_flush(w, &second), -EBUSY);
+	assert_int_equal(perch_vtask_status(first), PERCH_PENDING);
+	fake_send_done(conn_of(state), 0);
+	int64_t result = -1;
+	assert_int_equal(perch_vtask_result(first, &result), 0);
+	assert_int_equal(result, 0);
+}
+
+static void writing_while_a_flush_is_in_progress_is_refused_not_corrupted(void **state)
+{
+	struct perch_pipe_writer *w = writer_of(state);
+	struct perch_vtask_handle h;
+	uint8_t *buf;
+	size_t len;
+	assert_int_equal(perch_pipe_write(w, "one", 3), 0);
+	assert_int_equal(perch_pipe_flush(w, &h), PERCH_PENDING);
+	assert_int_equal(perch_pipe_write(w, "two", 3), -EBUSY);
+	assert_int_equal(perch_pipe_get_buffer(w, 1, &buf, &len), -EBUSY);
+	assert_int_equal(perch_pipe_advance(w, 1), -EBUSY);
+	assert_memory_equal(transport_of(state)->sent->data, "one", 3);
+	fake_send_done(conn_of(state), 0);
+	assert_int_equal(perch_pipe_write(w, "two", 3), 0);
+	assert_int_equal(perch_pipe_flush(w, &h), PERCH_PENDING);
+	assert_int_equal(transport_of(state)->sent->len, 3);
+	assert_memory_equal(transport_of(state)->sent->data, "two", 3);
+}
+
+static void close_fails_the_parked_flush_and_later_writes(void **state)
+{
+	struct perch_pipe_writer *w = writer_of(state);
+	struct perch_vtask_handle h;
+	int64_t result = 0;
+	assert_int_equal(perch_pipe_write(w, "a", 1), 0);
+	assert_int_equal(perch_pipe_flush(w, &h), PERCH_PENDING);
+	perch_conn_close(conn_of(state));
+	assert_int_equal(perch_vtask_result(h, &result), 0);
+	assert_int_equal(result, -EPIPE);
+	assert_int_equal(perch_pipe_write(w, "b", 1), -EPIPE);
+}
+
+static void send_error_fails_the_parked_flush(void **state)
+{
+	struct perch_pipe_writer *w = writer_of(state);
+	struct perch_vtask_handle h;
+	int64_t result = 0;
+	assert_int_equal(perch_pipe_write(w, "a", 1), 0);
+	assert_int_equal(perch_pipe_flush(w, &h), PERCH_PENDING);
+	perch__conn_failed(conn_of(state), -ECONNRESET);
+	assert_int_equal(perch_vtask_result(h, &result), 0);
+	assert_int_equal(result, -ECONNRESET);
+}
+
+static void cancel_completes_the_parked_flush_or_marks_the_next_and_loses_nothing(void **state)
+{
+	struct perch_pipe_writer *w = writer_of(state);
+	struct perch_vtask_handle h;
+	int64_t result = 0;
+	assert_int_equal(perch_pipe_write(w, "a", 1), 0);
+	assert_int_equal(perch_pipe_flush(w, &h), PERCH_PENDING);
+	assert_int_equal(perch_pipe_cancel_pending_flush(w), 0);
+	assert_int_equal(perch_vtask_result(h, &result), 0);
+	assert_int_equal(result, -ECANCELED);
+	/* The kernel's completion comes later and changes nothing. */
+	fake_send_done(conn_of(state), 0);
+	assert_int_equal(perch_vtask_result(h, &result), 0);
+	assert_int_equal(result, -ECANCELED);
+	/* None waiting: the next flush is canceled, its bytes kept for the one after. */
+	assert_int_equal(perch_pipe_cancel_pending_flush(w), 0);
+	assert_int_equal(perch_pipe_write(w, "bc", 2), 0);
+	assert_int_equal(perch_pipe_flush(w, &h), -ECANCELED);
+	assert_int_equal(perch_pipe_flush(w, &h), PERCH_PENDING);
+	assert_int_equal(transport_of(state)->sent->len, 2);
+	fake_send_done(conn_of(state), 0);
+	assert_int_equal(perch_pipe_cancel_pending_flush(NULL), -EINVAL);
+}
+
+static void write_after_complete_returns_einval(void **state)
+{
+	struct perch_pipe_writer *w = writer_of(state);
+	struct perch_vtask_handle h;
+	uint8_t *buf;
+	size_t len;
+	assert_int_equal(perch_pipe_write(w, "dropped", 7), 0);
+	assert_int_equal(perch_pipe_writer_complete(w), 0);
+	assert_int_equal(perch_pipe_writer_complete(w), 0);
+	assert_int_equal(perch_pipe_write(w, "x", 1), -EINVAL);
+	assert_int_equal(perch_pipe_get_buffer(w, 1, &buf, &len), -EINVAL);
+	assert_int_equal(perch_pipe_advance(w, 0), -EINVAL);
+	assert_int_equal(perch_pipe_flush(w, &h), -EINVAL);
+	assert_int_equal(conn_of(state)->staged_len, 0);
+	assert_int_equal(transport_of(state)->sends, 0);
+}
+
+static void bad_arguments_return_einval(void **state)
+{
+	struct perch_pipe_writer *w = writer_of(state), *none = NULL;
+	struct perch_vtask_handle h;
+	uint8_t *buf;
+	size_t len;
+	assert_int_equal(perch_pipe_writer_new(NULL, &none), -EINVAL);
+	assert_int_equal(perch_pipe_writer_new(conn_of(state), NULL), -EINVAL);
+	assert_int_equal(perch_pipe_write(w, NULL, 1), -EINVAL);
+	assert_int_equal(perch_pipe_write(w, NULL, 0), 0);
+	assert_int_equal(perch_pipe_get_buffer(w, 1, NULL, &len), -EINVAL);
+	assert_int_equal(perch_pipe_get_buffer(w, 1, &buf, NULL), -EINVAL);
+	assert_int_equal(perch_pipe_get_buffer(w, (size_t)UINT32_MAX + 1, &buf, &len), -EINVAL);
+	assert_int_equal(perch_pipe_flush(w, NULL), -EINVAL);
+	assert_int_equal(perch_pipe_flush(NULL, &h), -EINVAL);
+	assert_int_equal(perch_pipe_writer_complete(NULL), -EINVAL);
+	perch_pipe_writer_free(NULL);
+	assert_null(none);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		PIPE_TEST(flush_parks_until_the_kernel_took_every_byte),
+		PIPE_TEST(get_buffer_and_advance_stage_without_a_copy),
+		PIPE_TEST(flush_with_nothing_staged_is_done_at_once_and_readies_nothing),
+		PIPE_TEST(flush_with_nothing_staged_leaves_an_earlier_flushs_unread_result_readable),
+		PIPE_TEST(second_flush_refused_while_one_is_parked_leaves_it_to_complete),
+		PIPE_TEST(flush_after_the_peer_closed_leaves_the_kernels_flush_to_complete),
+		PIPE_TEST(writing_while_a_flush_is_in_progress_is_refused_not_corrupted),
+		PIPE_TEST(close_fails_the_parked_flush_and_later_writes),
+		PIPE_TEST(send_error_fails_the_parked_flush),
+		PIPE_TEST(cancel_completes_the_parked_flush_or_marks_the_next_and_loses_nothing),
+		PIPE_TEST(write_after_complete_returns_einval),
+		PIPE_TEST(bad_arguments_return_einval),
+	};
+	return cmocka_run_group_tests_name("pipe_writer", tests, NULL, NULL);
+}
