@@ -89,14 +89,6 @@ static void drain_fifo(struct perch_conn *c)
 	}
 }
 
-/* Whether a read can be served now: bytes not yet examined, a final state, or a cancel. */
-static bool read_is_ready(struct perch_conn *c)
-{
-	if (rx_flags(c) != 0 || perch__load_u32(&c->rd_cancel) != 0)
-		return true;
-	return perch__load_u64(&c->rx_total) > c->rd_examined;
-}
-
 static void fill_result(struct perch_conn *c, struct perch_read_result *out)
 {
 	/* Flags first: every byte queued before a FIN or an error is in the fifo by then. */
@@ -124,15 +116,15 @@ static void release_claim(struct perch_conn *c)
 	perch__xchg_uptr(&c->read_waiter, PERCH__SLOT_EMPTY);
 }
 
-static int try_read_or_park(struct perch_conn *c, struct perch_recv_listener *listener,
-			    struct perch_read_result *out, uint64_t *cookie_out)
+int perch__conn_park_read(struct perch_conn *c, struct perch_recv_listener *listener,
+			  struct perch_read_result *out, uint64_t *cookie_out)
 {
 	/* 1. Claim. Failing means another read owns the slot: touch nothing. */
 	if (!perch__cas_uptr(&c->read_waiter, PERCH__SLOT_EMPTY, PERCH__SLOT_CLAIM))
 		return -EBUSY;
 	perch__fence_rmw_then_load();
 	/* 2. Re-check under the claim: a completion before the claim left no mark. */
-	if (read_is_ready(c)) {
+	if (perch__conn_read_ready(c)) {
 		fill_result(c, out);
 		release_claim(c);
 		return 0;
@@ -150,7 +142,7 @@ static int try_read_or_park(struct perch_conn *c, struct perch_recv_listener *li
 		 */
 		perch__xchg_uptr(&c->read_waiter, PERCH__SLOT_CLAIM);
 		perch__fence_rmw_then_load();
-		if (read_is_ready(c)) {
+		if (perch__conn_read_ready(c)) {
 			fill_result(c, out);
 			release_claim(c);
 			return 0;
@@ -287,8 +279,8 @@ static int flush_closed_while_arming(struct perch_conn *c, struct perch__txbuf *
 	return rc;
 }
 
-static int try_flush_or_park(struct perch_conn *c, struct perch_flush_listener *listener,
-			     uint64_t *cookie_out)
+int perch__conn_park_flush(struct perch_conn *c, struct perch_flush_listener *listener,
+			   uint64_t *cookie_out)
 {
 	/* 1. The guard; a refused flush leaves the parked one untouched. */
 	if (!perch__cas_u32(&c->flush_busy, 0, 1))
@@ -461,7 +453,7 @@ int perch_conn_try_read_or_park(struct perch_conn *c, struct perch_recv_listener
 	if (!c || !listener || !out || !listener->on_parking || !listener->on_recv_ready)
 		return -EINVAL;
 	uint64_t cookie;
-	return try_read_or_park(c, listener, out, &cookie);
+	return perch__conn_park_read(c, listener, out, &cookie);
 }
 
 int perch_conn_try_read(struct perch_conn *c, struct perch_read_result *out)
@@ -472,7 +464,7 @@ int perch_conn_try_read(struct perch_conn *c, struct perch_read_result *out)
 		return -EBUSY;
 	perch__fence_rmw_then_load();
 	int rc = -EAGAIN;
-	if (read_is_ready(c)) {
+	if (perch__conn_read_ready(c)) {
 		fill_result(c, out);
 		rc = 0;
 	}
@@ -486,7 +478,7 @@ int perch_conn_read(struct perch_conn *c, struct perch_read_result *out,
 	if (!c || !out || !task)
 		return -EINVAL;
 	uint64_t token;
-	int rc = try_read_or_park(c, &c->self_reader, out, &token);
+	int rc = perch__conn_park_read(c, &c->self_reader, out, &token);
 	if (rc == PERCH_PENDING) {
 		task->task = &c->read_task;
 		task->token = (uint32_t)token;
@@ -658,7 +650,7 @@ int perch_conn_try_flush_or_park(struct perch_conn *c, struct perch_flush_listen
 	if (!c || !listener || !listener->on_parking || !listener->on_flush_done)
 		return -EINVAL;
 	uint64_t cookie;
-	return try_flush_or_park(c, listener, &cookie);
+	return perch__conn_park_flush(c, listener, &cookie);
 }
 
 int perch_conn_flush(struct perch_conn *c, struct perch_vtask_handle *task)
@@ -666,7 +658,7 @@ int perch_conn_flush(struct perch_conn *c, struct perch_vtask_handle *task)
 	if (!c || !task)
 		return -EINVAL;
 	uint64_t token;
-	int rc = try_flush_or_park(c, &c->self_flusher, &token);
+	int rc = perch__conn_park_flush(c, &c->self_flusher, &token);
 	if (rc == PERCH_PENDING) {
 		task->task = &c->flush_task;
 		task->token = (uint32_t)token;

@@ -8,6 +8,8 @@
 
 #include <perch/conn.h>
 
+#include "atomic.h"
+
 /* Staged outbound bytes: a chain owned by the writer until flush hands it to the backend. */
 struct perch__txbuf {
 	struct perch__txbuf *next;
@@ -110,7 +112,29 @@ void perch__conn_failed(struct perch_conn *c, int err);
 /* The backend is done with a chain given to ops->send: taken whole (0) or failed. */
 void perch__conn_send_done(struct perch_conn *c, struct perch__txbuf *chain, int result);
 
-/* ---- for the pipe adapters (pipes/): the writer's zero-copy staging, the reader's discard ---- */
+/*
+ * Whether a read can be served now: bytes not yet examined, a final state,
+ * or a cancel. For the slot's owner: the claim holder, or on_recv_ready,
+ * which owns the reader's state while it runs.
+ */
+static inline bool perch__conn_read_ready(const struct perch_conn *c)
+{
+	if (perch__load_u32(&c->rx_flags) != 0 || perch__load_u32(&c->rd_cancel) != 0)
+		return true;
+	return perch__load_u64(&c->rx_total) > c->rd_examined;
+}
+
+/* ---- for the pipe adapters (pipes/): the unchecked park calls, staging, discard ---- */
+
+/*
+ * perch_conn_try_read_or_park and perch_conn_try_flush_or_park without the
+ * argument checks (the adapters pass their own, valid listeners), and with
+ * the cookie on_parking returned in *cookie_out when they park.
+ */
+int perch__conn_park_read(struct perch_conn *c, struct perch_recv_listener *listener,
+			  struct perch_read_result *out, uint64_t *cookie_out);
+int perch__conn_park_flush(struct perch_conn *c, struct perch_flush_listener *listener,
+			   uint64_t *cookie_out);
 
 /*
  * Room for at least `hint` bytes (1 when 0) at the end of the staged bytes:

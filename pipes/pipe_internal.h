@@ -8,6 +8,9 @@
 
 struct perch__mem_pipe;
 
+#define READER_COMPLETED 1u
+#define READER_DELIVERED 2u
+
 /*
  * The reader parks on the connection through `listener`, whose on_parking
  * readies the one value task its caller awaits. A wake that brings nothing
@@ -22,9 +25,8 @@ struct perch_pipe_reader {
 	struct perch_vtask vt;
 	uint32_t token;                   /* the version the last park readied (reading thread) */
 	uint64_t repark_cookie;           /* the version a re-park keeps (delivering thread) */
-	uint32_t has_delivered;           /* `delivered` holds a result the caller has not taken */
-	uint32_t completed;
-	struct perch_read_result delivered;
+	uint32_t state;                   /* READER_COMPLETED | READER_DELIVERED: one load on the hot path */
+	struct perch_read_result delivered; /* READER_DELIVERED: a result the caller has not taken */
 };
 
 /* The writer stages on the connection (zero-copy) and parks its flush on it, or on the in-memory pipe. */

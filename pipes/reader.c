@@ -37,28 +37,40 @@ static void discard_all(struct perch_pipe_reader *r)
 	}
 }
 
-/*
- * The park's one delivery. Read here, on the delivering thread, so a wake
- * with nothing new parks again (same version) instead of waking the caller
- * to find nothing; the result waits in `delivered` for the caller's next
- * read. The task's completion is the last touch of the reader: its
- * continuation may free it.
- */
-static void reader_ready(struct perch_recv_listener *l, struct perch_conn *c, uint64_t cookie)
+/* The rare ways of a delivery: the reader completed, or the wake brought nothing new. */
+static __attribute__((noinline)) void reader_ready_slow(struct perch_pipe_reader *r,
+							 struct perch_conn *c, uint64_t cookie)
 {
-	struct perch_pipe_reader *r = READER_OF(l, listener);
-	if (perch__load_u32(&r->completed)) {
+	if (perch__load_u32(&r->state) & READER_COMPLETED) {
 		discard_all(r);
 		perch_vtask_complete(&r->vt, (uint32_t)cookie, -ECANCELED);
 		return;
 	}
 	perch__store_u64(&r->repark_cookie, cookie);
-	int rc = perch_conn_try_read_or_park(c, &r->repark, &r->delivered);
+	int rc = perch__conn_park_read(c, &r->repark, &r->delivered, &cookie);
 	if (rc == PERCH_PENDING)
 		return;
 	if (rc == 0)
-		perch__store_u32(&r->has_delivered, 1);
+		perch__for_u32(&r->state, READER_DELIVERED);
 	perch_vtask_complete(&r->vt, (uint32_t)cookie, rc);
+}
+
+/*
+ * The park's one delivery. A wake with nothing new parks again (same
+ * version) instead of waking the caller to find nothing. Usually the wake
+ * brought something, and the caller's next read serves it; when it comes
+ * only as the re-park claims the slot, the re-park reads it, and it waits
+ * in `delivered` for the caller's next read. The task's completion is the
+ * last touch of the reader: its continuation may free it.
+ */
+static void reader_ready(struct perch_recv_listener *l, struct perch_conn *c, uint64_t cookie)
+{
+	struct perch_pipe_reader *r = READER_OF(l, listener);
+	if (__builtin_expect(perch__load_u32(&r->state) == 0 && perch__conn_read_ready(c), 1)) {
+		perch_vtask_complete(&r->vt, (uint32_t)cookie, 0);
+		return;
+	}
+	reader_ready_slow(r, c, cookie);
 }
 
 static void reader_reready(struct perch_recv_listener *l, struct perch_conn *c, uint64_t cookie)
@@ -91,43 +103,52 @@ int perch_pipe_reader_new(struct perch_conn *c, struct perch_pipe_reader **out)
 	return perch__pipe_reader_init(out, c, NULL);
 }
 
-/* A result a delivery already read for the caller, if one waits. */
-static bool take_delivered(struct perch_pipe_reader *r, struct perch_read_result *out)
+/*
+ * The reader's state in one load: -EINVAL once completed; 0 with *out
+ * filled when a delivery already read a result for the caller; 1 when the
+ * read goes to the connection.
+ */
+static int reader_state(struct perch_pipe_reader *r, struct perch_read_result *out)
 {
-	if (!perch__load_u32(&r->has_delivered))
-		return false;
+	uint32_t state = perch__load_u32(&r->state);
+	if (__builtin_expect(state == 0, 1))
+		return 1;
+	if (state & READER_COMPLETED)
+		return -EINVAL;
 	*out = r->delivered;
-	perch__store_u32(&r->has_delivered, 0);
-	return true;
+	perch__and_u32(&r->state, ~READER_DELIVERED);
+	return 0;
 }
 
 int perch_pipe_read(struct perch_pipe_reader *r, struct perch_read_result *out,
 		    struct perch_vtask_handle *task)
 {
-	if (!r || !out || !task || perch__load_u32(&r->completed))
+	if (!r || !out || !task)
 		return -EINVAL;
-	if (take_delivered(r, out))
-		return 0;
-	int rc = perch_conn_try_read_or_park(r->c, &r->listener, out);
+	int rc = reader_state(r, out);
+	if (rc != 1)
+		return rc;
+	uint64_t token;
+	rc = perch__conn_park_read(r->c, &r->listener, out, &token);
 	if (rc == PERCH_PENDING) {
 		task->task = &r->vt;
-		task->token = r->token;
+		task->token = (uint32_t)token;
 	}
 	return rc;
 }
 
 int perch_pipe_try_read(struct perch_pipe_reader *r, struct perch_read_result *out)
 {
-	if (!r || !out || perch__load_u32(&r->completed))
+	if (!r || !out)
 		return -EINVAL;
-	if (take_delivered(r, out))
-		return 0;
-	return perch_conn_try_read(r->c, out);
+	int rc = reader_state(r, out);
+	return rc != 1 ? rc : perch_conn_try_read(r->c, out);
 }
 
 int perch_pipe_advance_to(struct perch_pipe_reader *r, size_t consumed, size_t examined)
 {
-	if (!r || perch__load_u32(&r->completed))
+	/* A completed reader has no result left to advance: the connection refuses it. */
+	if (!r)
 		return -EINVAL;
 	return perch_conn_advance(r->c, consumed, examined);
 }
@@ -143,7 +164,7 @@ int perch_pipe_reader_complete(struct perch_pipe_reader *r)
 {
 	if (!r)
 		return -EINVAL;
-	if (perch__xchg_u32(&r->completed, 1))
+	if (perch__for_u32(&r->state, READER_COMPLETED) & READER_COMPLETED)
 		return 0;
 	/* First, so the room the discard makes fails a waiting flush instead of completing it. */
 	if (r->mem)
@@ -151,7 +172,6 @@ int perch_pipe_reader_complete(struct perch_pipe_reader *r)
 	/* A parked read is delivered (canceled) by this cancel, on this thread. */
 	perch_conn_cancel_read(r->c);
 	discard_all(r);
-	perch__store_u32(&r->has_delivered, 0);
 	return 0;
 }
 

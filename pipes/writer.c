@@ -76,22 +76,13 @@ int perch_pipe_advance(struct perch_pipe_writer *w, size_t n)
 
 int perch_pipe_write(struct perch_pipe_writer *w, const void *data, size_t len)
 {
-	if (!writer_usable(w) || (!data && len))
+	if (!writer_usable(w))
 		return -EINVAL;
-	const uint8_t *p = data;
-	do {
-		uint8_t *buf;
-		size_t room;
-		int rc = perch_pipe_get_buffer(w, len, &buf, &room);
-		if (rc != 0)
-			return rc;
-		size_t n = room < len ? room : len;
-		memcpy(buf, p, n);
-		perch__conn_stage_commit(w->c, n);
-		p += n;
-		len -= n;
-	} while (len > 0);
-	return 0;
+	int refused = w->mem ? perch__mem_write_refusal(w->mem) : 0;
+	if (refused)
+		return refused;
+	/* The conn's copying write stages exactly as get_buffer + advance would. */
+	return perch_conn_write(w->c, data, len);
 }
 
 int perch_pipe_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *task)
@@ -102,10 +93,11 @@ int perch_pipe_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *tas
 		return perch__mem_flush(w, task);
 	if (perch__xchg_u32(&w->cancel, 0))
 		return -ECANCELED;
-	int rc = perch_conn_try_flush_or_park(w->c, &w->listener);
+	uint64_t token;
+	int rc = perch__conn_park_flush(w->c, &w->listener, &token);
 	if (rc == PERCH_PENDING) {
 		task->task = &w->vt;
-		task->token = perch__load_u32(&w->token);
+		task->token = (uint32_t)token;
 	}
 	return rc;
 }

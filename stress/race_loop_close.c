@@ -45,6 +45,10 @@ struct lc_state {
 	int rcs[POOL];
 	uint64_t rounds[POOL];
 	bool flush_race;
+	bool pipe_race;                /* the round reads or flushes through a pipe adapter */
+	struct perch_pipe_reader *preaders[POOL];
+	struct perch_pipe_writer *pwriters[POOL];
+	struct perch_vtask_handle tasks[POOL];
 	struct race *race;             /* for the batch judgement (set by the judge) */
 	struct perch_read_result res;
 	int rc;
@@ -92,6 +96,10 @@ static void judge_batch(struct lc_state *s)
 	for (uint32_t i = 0; i < s->next && s->race; i++) {
 		if (!judge_late(s->race, s, i))
 			continue; /* leaked on purpose: freeing it could race the loop */
+		perch_pipe_reader_free(s->preaders[i]);
+		perch_pipe_writer_free(s->pwriters[i]);
+		s->preaders[i] = NULL;
+		s->pwriters[i] = NULL;
 		perch_conn_release(s->pool[i]);
 	}
 }
@@ -168,6 +176,37 @@ static void lc_setup_staged(void *p, uint64_t round)
 	perch_conn_write(s->c, "x", 1);
 }
 
+static void lc_setup_pipe_reader(void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	lc_setup(p, round);
+	s->pipe_race = true;
+	if (perch_pipe_reader_new(s->c, &s->preaders[s->at]) != 0)
+		abort();
+}
+
+static void lc_setup_pipe_writer(void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	lc_setup(p, round);
+	s->pipe_race = s->flush_race = true;
+	if (perch_pipe_writer_new(s->c, &s->pwriters[s->at]) != 0 ||
+	    perch_pipe_write(s->pwriters[s->at], "x", 1) != 0)
+		abort();
+}
+
+static void pipe_read_off_loop(void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	s->rc = perch_pipe_read(s->preaders[s->at], &s->res, &s->tasks[s->at]);
+}
+
+static void pipe_flush_off_loop(void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	s->rc = perch_pipe_flush(s->pwriters[s->at], &s->tasks[s->at]);
+}
+
 static void read_off_loop(void *p, uint64_t round)
 {
 	struct lc_state *s = p;
@@ -186,16 +225,17 @@ static void close_off_loop(void *p, uint64_t round)
 }
 
 /*
- * The loop has finished with a connection when only the caller's reference
- * is left: the socket left the table and every send handed over got its
- * send_done. False when that never happened.
+ * The loop has finished with a connection when only the users' references
+ * are left (the caller's, and a pipe adapter's): the socket left the table
+ * and every send handed over got its send_done. False when that never
+ * happened.
  */
-static bool loop_finished(struct race *r, struct perch_conn *c, uint64_t round)
+static bool loop_finished(struct race *r, struct perch_conn *c, uint32_t users, uint64_t round)
 {
 	unsigned spins = 0;
 	struct timespec t0, t;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	while (perch__load_u32(&c->refs) != 1) {
+	while (perch__load_u32(&c->refs) != users) {
 		race_spin_pause(&spins);
 		clock_gettime(CLOCK_MONOTONIC, &t);
 		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > FINALIZE_WAIT_MS) {
@@ -207,12 +247,50 @@ static bool loop_finished(struct race *r, struct perch_conn *c, uint64_t round)
 	return true;
 }
 
+/*
+ * Waits (bounded) for a parked pipe read's or flush's task: the close or
+ * the loop completes it. Returns its result, or a round failure.
+ */
+static bool pipe_task_completes(struct race *r, struct perch_vtask_handle h, uint64_t round,
+				int64_t *result)
+{
+	int rc = perch_vtask_wait(h, FINALIZE_WAIT_MS, result);
+	if (rc == 0)
+		return true;
+	race_fail(r, round, "the parked read or flush never completed (%d)", rc);
+	return false;
+}
+
+/* The task still holds the result it completed with, and a pipe read still says closed. */
+static bool judge_pipe_late(struct race *r, struct lc_state *s, uint32_t i)
+{
+	uint64_t round = s->rounds[i];
+	int64_t result = 0;
+	if (s->rcs[i] == PERCH_PENDING && perch_vtask_result(s->tasks[i], &result) != 0) {
+		race_fail(r, round, "the task was readied again once the loop finished");
+		return true;
+	}
+	if (s->flush_race)
+		return true;
+	struct perch_read_result after;
+	struct perch_vtask_handle h;
+	if (perch_pipe_read(s->preaders[i], &after, &h) != 0 || !after.closed || after.error)
+		race_fail(r, round, "once the loop finished, the pipe read does not say closed");
+	else
+		perch_pipe_advance_to(s->preaders[i], 0, 0);
+	return true;
+}
+
 /* Once the loop is done: still exactly one delivery; a read sees only "closed". */
 static bool judge_late(struct race *r, struct lc_state *s, uint32_t i)
 {
 	uint64_t round = s->rounds[i];
-	if (!loop_finished(r, s->pool[i], round))
+	/* The caller's reference, and a pipe adapter's. */
+	uint32_t users = 1 + (s->preaders[i] != NULL) + (s->pwriters[i] != NULL);
+	if (!loop_finished(r, s->pool[i], users, round))
 		return false;
+	if (s->pipe_race)
+		return judge_pipe_late(r, s, i);
 	if (s->flush_race) {
 		struct counting_flusher *f = &s->flushers[i];
 		uint32_t want = s->rcs[i] == PERCH_PENDING ? 1 : 0;
@@ -291,6 +369,74 @@ static bool judge_flush_vs_close(struct race *r, void *p, uint64_t round)
 	}
 	return true;
 }
+
+static bool judge_pipe_read_vs_close(struct race *r, void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	struct perch_pipe_reader *rd = s->preaders[s->at];
+	int64_t result = -1;
+	s->race = r;
+	s->rcs[s->at] = s->rc;
+	if (s->rc == 0) {
+		race_branch(r, 0);
+	} else if (s->rc != PERCH_PENDING) {
+		race_fail(r, round, "pipe read returned %d", s->rc);
+		return false;
+	} else {
+		race_branch(r, 1);
+		if (!pipe_task_completes(r, s->tasks[s->at], round, &result))
+			return false;
+		if (result != 0 || perch_pipe_read(rd, &s->res, &s->tasks[s->at]) != 0) {
+			race_fail(r, round, "completed with %lld, and no result to read", (long long)result);
+			return false;
+		}
+	}
+	if (!s->res.closed || s->res.completed || s->res.error) {
+		race_fail(r, round, "the read does not report the close (closed=%d completed=%d error=%d)",
+			  s->res.closed, s->res.completed, s->res.error);
+		return false;
+	}
+	return perch_pipe_advance_to(rd, 0, 0) == 0;
+}
+
+static bool judge_pipe_flush_vs_close(struct race *r, void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	int64_t result = 1;
+	s->race = r;
+	s->rcs[s->at] = s->rc;
+	if (s->rc == -EPIPE) {
+		race_branch(r, 0);
+		return true;
+	}
+	if (s->rc != PERCH_PENDING) {
+		race_fail(r, round, "pipe flush returned %d", s->rc);
+		return false;
+	}
+	if (!pipe_task_completes(r, s->tasks[s->at], round, &result))
+		return false;
+	race_branch(r, result == 0 ? 2 : 1);
+	if (result != 0 && result != -EPIPE) {
+		race_fail(r, round, "flush completed with %lld", (long long)result);
+		return false;
+	}
+	return true;
+}
+
+const struct race_def race_loop_pipe_read_vs_close = {
+	.name = "loop_close: a pipe read off the loop races close, completes, says closed",
+	.actors = 2, .create = lc_create, .destroy = lc_destroy, .setup = lc_setup_pipe_reader,
+	.actor = { pipe_read_off_loop, close_off_loop }, .judge = judge_pipe_read_vs_close,
+	.branch_names = { "served at once (closed)", "parked, completed by the close" },
+};
+
+const struct race_def race_loop_pipe_flush_vs_close = {
+	.name = "loop_close: a pipe flush off the loop races close and completes",
+	.actors = 2, .create = lc_create, .destroy = lc_destroy, .setup = lc_setup_pipe_writer,
+	.actor = { pipe_flush_off_loop, close_off_loop }, .judge = judge_pipe_flush_vs_close,
+	.branch_names = { "refused at once (-EPIPE)", "parked, completed -EPIPE",
+			  "parked, the send completed first (0)" },
+};
 
 const struct race_def race_loop_read_vs_close = {
 	.name = "loop_close: off-loop read races close",

@@ -1,6 +1,9 @@
 /* tests/test_mem_pipe.c: the in-memory pipe: zero-copy handover, pause/resume backpressure, completion both ways, stacking. */
 #include "config.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include <perch.h>
 
 #include "cmocka_prelude.h"

@@ -30,14 +30,13 @@ static void parked_read_completes_its_task_once_and_the_next_read_returns_the_by
 	fake_recv(conn_of(state), "cd");
 	assert_int_equal(p.runs, 1);
 	assert_int_equal(p.result, 0);
-	/* The delivery read for the caller: the first two bytes, at once. */
+	/* Woken once; the next read returns at once everything that came meanwhile. */
 	assert_int_equal(perch_pipe_read(r, &res, &h), 0);
-	assert_int_equal(res.len, 2);
-	assert_int_equal(perch_pipe_advance_to(r, 2, 2), 0);
-	assert_int_equal(perch_pipe_read(r, &res, &h), 0);
-	assert_int_equal(res.len, 2);
-	assert_memory_equal(res.first->data + res.first_off, "cd", 2);
-	assert_int_equal(perch_pipe_advance_to(r, 2, 2), 0);
+	assert_int_equal(res.len, 4);
+	assert_memory_equal(res.first->data + res.first_off, "ab", 2);
+	assert_memory_equal(res.first->next->data, "cd", 2);
+	assert_int_equal(perch_pipe_advance_to(r, 4, 4), 0);
+	assert_int_equal(p.runs, 1);
 }
 
 static void second_read_refused_while_one_is_parked_leaves_the_parked_one_to_complete(void **state)
@@ -81,6 +80,39 @@ static void wake_with_nothing_new_parks_the_read_again_without_losing_its_caller
 	assert_int_equal(perch_pipe_read(r, &res, &h), 0);
 	assert_int_equal(res.len, 3);
 	assert_int_equal(perch_pipe_advance_to(r, 3, 3), 0);
+}
+
+/* Bytes that land while the re-park holds the claim: the re-park serves them for the caller. */
+static uint64_t (*original_reparking)(struct perch_recv_listener *, struct perch_conn *);
+
+static uint64_t reparking_as_bytes_land(struct perch_recv_listener *l, struct perch_conn *c)
+{
+	fake_recv(c, "mid");
+	return original_reparking(l, c);
+}
+
+static void bytes_landing_during_the_repark_are_handed_to_the_caller(void **state)
+{
+	struct perch_pipe_reader *r = reader_of(state);
+	struct perch_conn *c = conn_of(state);
+	struct perch_read_result res;
+	struct perch_vtask_handle h;
+	struct cont_probe p = { 0, -1 };
+	assert_int_equal(perch_pipe_read(r, &res, &h), PERCH_PENDING);
+	assert_int_equal(perch_vtask_on_complete(h, cont_probe_fn, &p), PERCH_PENDING);
+	original_reparking = r->repark.on_parking;
+	r->repark.on_parking = reparking_as_bytes_land;
+	perch__conn_wake_reader(c);
+	r->repark.on_parking = original_reparking;
+	/* Served by the re-park, not parked: the caller woke once, its result waiting. */
+	assert_int_equal(p.runs, 1);
+	assert_int_equal(p.result, 0);
+	assert_int_equal(c->read_waiter, PERCH__SLOT_EMPTY);
+	assert_int_equal(perch_pipe_read(r, &res, &h), 0);
+	assert_int_equal(res.len, 3);
+	assert_memory_equal(res.first->data, "mid", 3);
+	assert_int_equal(perch_pipe_advance_to(r, 3, 3), 0);
+	assert_int_equal(perch_pipe_read(r, &res, &h), PERCH_PENDING);
 }
 
 static void read_after_examining_everything_waits_and_returns_old_and_new_bytes(void **state)
@@ -231,6 +263,7 @@ int main(void)
 		PIPE_TEST(parked_read_completes_its_task_once_and_the_next_read_returns_the_bytes),
 		PIPE_TEST(second_read_refused_while_one_is_parked_leaves_the_parked_one_to_complete),
 		PIPE_TEST(wake_with_nothing_new_parks_the_read_again_without_losing_its_caller),
+		PIPE_TEST(bytes_landing_during_the_repark_are_handed_to_the_caller),
 		PIPE_TEST(read_after_examining_everything_waits_and_returns_old_and_new_bytes),
 		PIPE_TEST(advance_misuse_returns_einval_and_loses_nothing),
 		PIPE_TEST(cancel_wakes_the_parked_read_canceled_and_marks_the_next_when_none_is_parked),

@@ -1,0 +1,272 @@
+/* stress/race_pipes.c: races on the pipe adapters: a park against close, and the in-memory pipe's flush against its reader. */
+/*
+ * Every race here is judged by stress/harness.c: it fails unless its two
+ * halves overlapped in at least 1,000 of 200,000 rounds (the overlap floor,
+ * scaled with PERCH_STRESS_ROUNDS) and every round delivered exactly once.
+ *
+ * The adapters' listeners are wrapped (pipe_internal.h is visible here):
+ * on_parking does a little work first, widening the window a close can
+ * land in, and each delivery is counted before the adapter sees it.
+ */
+#include "config.h"
+
+#include <stdlib.h>
+
+#include "../pipes/pipe_internal.h"
+#include "race_conn.h"
+
+struct pipe_state {
+	struct fake_transport t;
+	struct perch_conn *c;
+	struct perch_pipe_reader *r;
+	struct perch_pipe_writer *w;
+	struct perch_read_result res;
+	struct perch_vtask_handle h;
+	int rc;
+	uint32_t deliveries;
+	int delivered_by;
+	/* the adapter's own callbacks, called by the wrappers */
+	uint64_t (*read_parking)(struct perch_recv_listener *, struct perch_conn *);
+	void (*read_ready)(struct perch_recv_listener *, struct perch_conn *, uint64_t);
+	uint64_t (*flush_parking)(struct perch_flush_listener *, struct perch_conn *);
+	void (*flush_done)(struct perch_flush_listener *, struct perch_conn *, uint64_t, int);
+};
+
+/* One race runs at a time: the wrappers find their round's state here. */
+static struct pipe_state *current;
+
+static uint64_t slow_read_parking(struct perch_recv_listener *l, struct perch_conn *c)
+{
+	race_busy_work();
+	return current->read_parking(l, c);
+}
+
+static void counted_read_ready(struct perch_recv_listener *l, struct perch_conn *c, uint64_t cookie)
+{
+	perch__faa_u32(&current->deliveries, 1);
+	current->delivered_by = race_current_actor();
+	current->read_ready(l, c, cookie);
+}
+
+static uint64_t slow_flush_parking(struct perch_flush_listener *l, struct perch_conn *c)
+{
+	race_busy_work();
+	return current->flush_parking(l, c);
+}
+
+static void counted_flush_done(struct perch_flush_listener *l, struct perch_conn *c,
+			       uint64_t cookie, int result)
+{
+	perch__faa_u32(&current->deliveries, 1);
+	current->delivered_by = race_current_actor();
+	current->flush_done(l, c, cookie, result);
+}
+
+static void *pipe_create(void)
+{
+	current = calloc(1, sizeof(*current));
+	return current;
+}
+
+static void pipe_destroy(void *p)
+{
+	free(p);
+	current = NULL;
+}
+
+static void round_reset(struct pipe_state *s)
+{
+	s->rc = 0;
+	s->deliveries = 0;
+	s->delivered_by = -1;
+	memset(&s->res, 0, sizeof(s->res));
+	s->h = (struct perch_vtask_handle){ NULL, 0 };
+}
+
+static void setup_conn_adapters(void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	s->c = race_conn_new(&s->t);
+	if (perch_pipe_reader_new(s->c, &s->r) != 0 || perch_pipe_writer_new(s->c, &s->w) != 0)
+		abort();
+	s->read_parking = s->r->listener.on_parking;
+	s->read_ready = s->r->listener.on_recv_ready;
+	s->r->listener.on_parking = slow_read_parking;
+	s->r->listener.on_recv_ready = counted_read_ready;
+	s->flush_parking = s->w->listener.on_parking;
+	s->flush_done = s->w->listener.on_flush_done;
+	s->w->listener.on_parking = slow_flush_parking;
+	s->w->listener.on_flush_done = counted_flush_done;
+	round_reset(s);
+}
+
+static void setup_staged(void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	setup_conn_adapters(p, round);
+	if (perch_pipe_write(s->w, "x", 1) != 0)
+		abort();
+}
+
+static void pipe_read(void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	s->rc = perch_pipe_read(s->r, &s->res, &s->h);
+}
+
+static void pipe_flush(void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	s->rc = perch_pipe_flush(s->w, &s->h);
+}
+
+static void conn_closes(void *p, uint64_t round)
+{
+	perch_conn_close(((struct pipe_state *)p)->c);
+}
+
+/* The round's connection goes; the kernel's last send completes first, as a backend's would. */
+static void end_round(struct pipe_state *s)
+{
+	if (s->t.sent)
+		fake_send_done(s->c, -ECANCELED);
+	perch_pipe_reader_free(s->r);
+	perch_pipe_writer_free(s->w);
+	perch_conn_release(s->c);
+}
+
+/* The caller's task completed with `want`, or the round fails. */
+static bool task_done_with(struct race *r, struct pipe_state *s, uint64_t round, int64_t want)
+{
+	int64_t result = 0;
+	int rc = perch_vtask_result(s->h, &result);
+	if (rc == 0 && result == want)
+		return true;
+	race_fail(r, round, "task %s (rc %d, result %lld), %u deliveries",
+		  rc == PERCH_PENDING ? "never completed" : "wrong", rc, (long long)result,
+		  s->deliveries);
+	return false;
+}
+
+static bool judge_read_vs_close(struct race *r, void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	bool ok;
+	if (s->rc == 0) {
+		/* A readied task means on_parking ran: the close marked the claim meanwhile. */
+		race_branch(r, s->r->token ? 1 : 0);
+		ok = s->deliveries == 0 && s->res.closed;
+		if (!ok)
+			race_fail(r, round, "served at once (closed=%d) and delivered %u times",
+				  s->res.closed, s->deliveries);
+	} else if (s->rc != PERCH_PENDING) {
+		race_fail(r, round, "read returned %d", s->rc);
+		ok = false;
+	} else {
+		race_branch(r, 2);
+		ok = s->deliveries == 1 && s->delivered_by == 1 && task_done_with(r, s, round, 0);
+		if (ok && (perch_pipe_read(s->r, &s->res, &s->h) != 0 || !s->res.closed)) {
+			race_fail(r, round, "the delivered result does not report the close");
+			ok = false;
+		} else if (!ok && s->deliveries != 1) {
+			race_fail(r, round, "parked read delivered %u times", s->deliveries);
+		}
+	}
+	end_round(s);
+	return ok;
+}
+
+static bool judge_flush_vs_close(struct race *r, void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	bool ok;
+	if (s->rc == -EPIPE) {
+		/* A readied task: the close landed while the flush armed, and the flusher disarmed. */
+		race_branch(r, s->w->token ? 1 : 0);
+		ok = s->deliveries == 0;
+		if (!ok)
+			race_fail(r, round, "refused with -EPIPE and delivered %u times", s->deliveries);
+	} else if (s->rc != PERCH_PENDING) {
+		race_fail(r, round, "flush returned %d", s->rc);
+		ok = false;
+	} else {
+		/* The fake kernel never completes the send in the round: only close delivers. */
+		race_branch(r, 2);
+		ok = s->deliveries == 1 && s->delivered_by == 1 && task_done_with(r, s, round, -EPIPE);
+		if (!ok && s->deliveries != 1)
+			race_fail(r, round, "parked flush delivered %u times", s->deliveries);
+	}
+	end_round(s);
+	return ok;
+}
+
+const struct race_def race_pipe_read_vs_close = {
+	.name = "pipes: a parked read is delivered once when close races its arming",
+	.actors = 2, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_conn_adapters,
+	.actor = { pipe_read, conn_closes }, .judge = judge_read_vs_close,
+	.branch_names = { "served at once: closed before the claim",
+			  "served: close marked the claim during on_parking",
+			  "parked, close delivered" },
+};
+
+const struct race_def race_pipe_flush_vs_close = {
+	.name = "pipes: a parked flush is delivered once when close races its arming",
+	.actors = 2, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_staged,
+	.actor = { pipe_flush, conn_closes }, .judge = judge_flush_vs_close,
+	.branch_names = { "refused at once: closed before", "refused: close landed while arming",
+			  "parked, close signalled -EPIPE" },
+};
+
+/* ---- the in-memory pipe: a flush waiting for room against the reader's consume ---- */
+
+#define MEM_PAUSE 8
+#define MEM_RESUME 4
+
+/* 6 bytes unread and held by the reader's last result; the flush of 4 more crosses pause. */
+static void setup_mem_full(void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	struct perch_pipe_opts o = { .pause_bytes = MEM_PAUSE, .resume_bytes = MEM_RESUME };
+	struct perch_vtask_handle h;
+	round_reset(s);
+	if (perch_pipe_new(&o, &s->r, &s->w) != 0 || perch_pipe_write(s->w, "abcdef", 6) != 0 ||
+	    perch_pipe_flush(s->w, &h) != 0 || perch_pipe_read(s->r, &s->res, &h) != 0 ||
+	    perch_pipe_write(s->w, "ghij", 4) != 0)
+		abort();
+}
+
+static void reader_consumes(void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	perch_pipe_advance_to(s->r, 6, 6);
+}
+
+static bool judge_mem_flush_vs_consume(struct race *r, void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	bool ok = true;
+	if (s->rc == 0) {
+		race_branch(r, 0);             /* the room was there when it looked */
+	} else if (s->rc != PERCH_PENDING) {
+		race_fail(r, round, "flush returned %d", s->rc);
+		ok = false;
+	} else {
+		race_branch(r, 1);
+		ok = task_done_with(r, s, round, 0);
+	}
+	/* Either way nothing waits any more: the writer may write again. */
+	if (ok && perch_pipe_write(s->w, "k", 1) != 0) {
+		race_fail(r, round, "writes still refused after the flush completed");
+		ok = false;
+	}
+	perch_pipe_reader_free(s->r);
+	perch_pipe_writer_free(s->w);
+	return ok;
+}
+
+const struct race_def race_mem_flush_vs_consume = {
+	.name = "pipes: an in-memory flush waiting for room races the reader's consume",
+	.actors = 2, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_mem_full,
+	.actor = { pipe_flush, reader_consumes }, .judge = judge_mem_flush_vs_consume,
+	.branch_names = { "room already made: done at once", "waited, the consume completed it" },
+};
