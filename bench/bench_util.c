@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -134,6 +135,28 @@ int bu_listen(const char *host, int port, int backlog)
 		return e;
 	}
 	return fd;
+}
+
+void bu_want_out(int ep, int fd, void *ptr, bool *armed, bool on)
+{
+	if (*armed == on)
+		return;
+	struct epoll_event ev = { .events = EPOLLIN | (on ? EPOLLOUT : 0), .data.ptr = ptr };
+	epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev);
+	*armed = on;
+}
+
+long bu_send(int fd, const void *p, size_t n)
+{
+	for (;;) {
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+		if (w >= 0)
+			return w > 0 ? (long)w : -1;
+		if (errno == EAGAIN)
+			return 0;
+		if (errno != EINTR)
+			return -1;
+	}
 }
 
 /* ---- options ---- */

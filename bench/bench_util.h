@@ -36,6 +36,12 @@ int bu_set_nonblock(int fd);
 bool bu_parse_u64(const char *prog, const char *name, const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
 bool bu_parse_secs(const char *prog, const char *name, const char *s, double lo, double hi, double *out);
 
+/* Interest EPOLLIN, plus EPOLLOUT when `on`, for fd tagged ptr; *armed remembers the last, so a no-change costs nothing. */
+void bu_want_out(int ep, int fd, void *ptr, bool *armed, bool on);
+
+/* send() without SIGPIPE that retries EINTR: bytes sent (> 0), 0 when the socket is full, -1 when the peer is gone. */
+long bu_send(int fd, const void *p, size_t n);
+
 /* Ignore SIGPIPE, so a peer that vanished is an EPIPE to count, not a dead process. */
 void bu_ignore_sigpipe(void);
 

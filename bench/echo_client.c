@@ -72,11 +72,7 @@ static void finish(struct conn *c, bool error)
 
 static void want_out(struct conn *c, bool on)
 {
-	if (c->out_armed == on)
-		return;
-	struct epoll_event ev = { .events = EPOLLIN | (on ? EPOLLOUT : 0), .data.ptr = c };
-	epoll_ctl(S.ep, EPOLL_CTL_MOD, c->fd, &ev);
-	c->out_armed = on;
+	bu_want_out(S.ep, c->fd, c, &c->out_armed, on);
 }
 
 /* Sends pattern bytes up to `goal` (total tx); waits for EPOLLOUT when the socket is full. */
@@ -86,16 +82,15 @@ static void send_to(struct conn *c, uint64_t goal)
 		uint64_t n = goal - c->tx;
 		if (n > PERIOD)
 			n = PERIOD;
-		ssize_t w = send(c->fd, pat_at(c->tx), n, MSG_NOSIGNAL);
-		if (w > 0) {
-			c->tx += (uint64_t)w;
-		} else if (w < 0 && errno == EAGAIN) {
-			want_out(c, true);
-			return;
-		} else if (!(w < 0 && errno == EINTR)) {
-			finish(c, true);
+		long w = bu_send(c->fd, pat_at(c->tx), n);
+		if (w <= 0) {
+			if (w == 0)
+				want_out(c, true);
+			else
+				finish(c, true);
 			return;
 		}
+		c->tx += (uint64_t)w;
 	}
 	want_out(c, false);
 }

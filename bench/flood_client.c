@@ -98,11 +98,7 @@ static void end_conn(struct conn *c, enum state st)
 
 static void want_out(struct conn *c, bool on)
 {
-	if (c->out_armed == on)
-		return;
-	struct epoll_event ev = { .events = EPOLLIN | (on ? EPOLLOUT : 0), .data.ptr = c };
-	epoll_ctl(S.ep, EPOLL_CTL_MOD, c->fd, &ev);
-	c->out_armed = on;
+	bu_want_out(S.ep, c->fd, c, &c->out_armed, on);
 }
 
 static void write_some(struct conn *c, uint64_t now)
@@ -115,17 +111,16 @@ static void write_some(struct conn *c, uint64_t now)
 			n = run;
 		if (n > total - c->tx)
 			n = total - c->tx;
-		ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
-		if (w > 0) {
-			c->tx += (uint64_t)w;
-			c->last_tx = now;
-		} else if (w < 0 && errno == EAGAIN) {
-			want_out(c, true);
-			return;
-		} else if (!(w < 0 && errno == EINTR)) {
-			end_conn(c, FAILED);
+		long w = bu_send(c->fd, p, n);
+		if (w <= 0) {
+			if (w == 0)
+				want_out(c, true);
+			else
+				end_conn(c, FAILED);
 			return;
 		}
+		c->tx += (uint64_t)w;
+		c->last_tx = now;
 	}
 	want_out(c, false);
 	c->st = DRAINING;
