@@ -375,8 +375,9 @@ summarize() {
 			g = f[1] SUBSEP f[2]; ref = g SUBSEP first[g]
 			m = median(thr[order[i]]); r = median(thr[ref])
 			ratio = (f[3] == first[g]) ? "1.00 (reference)" : sprintf("%.2f x %s", r ? m / r : 0, first[g])
-			printf "| %s | %s | %s | %.0f | %.1f | %.2f | %.2f | %s | %d | %d |\n", f[1], f[2], f[3], m,
-				median(p99[order[i]]), median(us[order[i]]), median(sy[order[i]]), ratio, runs[order[i]], errs[order[i]]
+			p = median(p99[order[i]]); p = p > 0 ? sprintf("%.1f", p) : "-" # stream loads have no round trip
+			printf "| %s | %s | %s | %.0f | %s | %.2f | %.2f | %s | %d | %d |\n", f[1], f[2], f[3], m,
+				p, median(us[order[i]]), median(sy[order[i]]), ratio, runs[order[i]], errs[order[i]]
 		}
 	}' "$RAW"
 }
