@@ -1,0 +1,470 @@
+#!/usr/bin/env bash
+# bench/run.sh: takes every server through the same load in interleaved rounds, prints medians and ratios, writes doc/perf/results.md and plots.
+set -euo pipefail
+shopt -s nullglob
+
+usage() {
+	cat >&2 <<'EOF'
+usage: bench/run.sh [-r ROUNDS] [-d SECS] [-o OUTDIR] [-b BUILDDIR] [SCENARIO...]
+
+Scenarios (default: all of them, in this order):
+  echo    perch echo vs baseline_uring_echo vs baseline_epoll_echo, with bench/echo_client:
+          ping-pong (ECHO_CONNS=50 connections, ECHO_SIZE=64 bytes) and stream
+          (STREAM_CONNS=8, STREAM_SIZE=4096)
+  http    perch httpd vs nginx (one worker, a generated config serving "Hello, World!"), with
+          wrk -c HTTP_CONNS=50, plain and 16-deep pipelined (-s bench/pipeline.lua); without
+          wrk, bench/http_client does the same
+  resp    perch resp vs redis-server, redis-benchmark -t ping_mbulk, set, get (RESP_TESTS),
+          -P 1 (RESP_N1=100000 requests) and -P 16 (RESP_N16=1000000), -c 50
+  flood   bench/flood_client (96 connections x 64,000 frames of 126 bytes, 2 s write deadline)
+          against perch echo's three receive paths and both baselines
+
+Each round starts every server afresh, one at a time, pinned to core SERVER_CPU (0), with
+the client pinned to CLIENT_CPU (1); servers run in the same order every round (ABAB...).
+CPU per request is the server's utime and stime (its process and its children, from
+/proc/PID/stat) over the load, divided by the requests the client completed.
+
+Options: -r rounds (ROUNDS, 5; FLOOD_ROUNDS, 3), -d seconds a load (SECS, 3),
+-o where results.md, raw.tsv and the PNGs go (OUT, doc/perf), -b the build dir (BUILD, build).
+
+perch servers are command lines with {port} (a server whose program is missing is skipped):
+  PERCH_ECHO            default: BUILD/examples/echo/echo --port {port}
+  PERCH_HTTPD           default: BUILD/examples/httpd/httpd --port {port} --threads 1
+  PERCH_RESP            default: BUILD/examples/resp/resp --port {port} --threads 1
+  PERCH_ECHO_MULTISHOT  default: PERCH_ECHO --backend uring --recv multishot
+  PERCH_ECHO_SINGLESHOT default: PERCH_ECHO --backend uring --recv singleshot
+  PERCH_ECHO_EPOLL      default: PERCH_ECHO --backend epoll
+
+It installs nothing. The Debian packages it uses: wrk nginx-light redis-server redis-tools
+gnuplot-nox (as root: apt-get install -y wrk nginx-light redis-server redis-tools gnuplot-nox,
+or ./dev bench-deps). Build the bench programs first: ./dev build.
+EOF
+	exit 2
+}
+
+ROOT=$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)
+ROUNDS=${ROUNDS:-5}
+FLOOD_ROUNDS=${FLOOD_ROUNDS:-3}
+SECS=${SECS:-3}
+OUT=${OUT:-$ROOT/doc/perf}
+BUILD=${BUILD:-$ROOT/build}
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
+ECHO_CONNS=${ECHO_CONNS:-50} ECHO_SIZE=${ECHO_SIZE:-64}
+STREAM_CONNS=${STREAM_CONNS:-8} STREAM_SIZE=${STREAM_SIZE:-4096}
+HTTP_CONNS=${HTTP_CONNS:-50}
+RESP_TESTS=${RESP_TESTS:-ping_mbulk set get} RESP_N1=${RESP_N1:-100000} RESP_N16=${RESP_N16:-1000000}
+
+while getopts "r:d:o:b:h" opt; do
+	case $opt in
+	r) ROUNDS=$OPTARG FLOOD_ROUNDS=$OPTARG ;;
+	d) SECS=$OPTARG ;;
+	o) OUT=$OPTARG ;;
+	b) BUILD=$OPTARG ;;
+	*) usage ;;
+	esac
+done
+shift $((OPTIND - 1))
+[[ $ROUNDS =~ ^[1-9][0-9]*$ && $FLOOD_ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: rounds must be a positive whole number" >&2; usage; }
+[[ $SECS =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "run.sh: -d takes seconds, e.g. 3" >&2; usage; }
+BUILD=$(readlink -f "$BUILD")
+SCENARIOS=("$@")
+((${#SCENARIOS[@]})) || SCENARIOS=(echo http resp flood)
+for s in "${SCENARIOS[@]}"; do
+	[[ $s =~ ^(echo|http|resp|flood)$ ]] || { echo "run.sh: unknown scenario '$s'" >&2; usage; }
+done
+
+PERCH_ECHO=${PERCH_ECHO:-"$BUILD/examples/echo/echo --port {port}"}
+PERCH_HTTPD=${PERCH_HTTPD:-"$BUILD/examples/httpd/httpd --port {port} --threads 1"}
+PERCH_RESP=${PERCH_RESP:-"$BUILD/examples/resp/resp --port {port} --threads 1"}
+PERCH_ECHO_MULTISHOT=${PERCH_ECHO_MULTISHOT:-"$PERCH_ECHO --backend uring --recv multishot"}
+PERCH_ECHO_SINGLESHOT=${PERCH_ECHO_SINGLESHOT:-"$PERCH_ECHO --backend uring --recv singleshot"}
+PERCH_ECHO_EPOLL=${PERCH_ECHO_EPOLL:-"$PERCH_ECHO --backend epoll"}
+URING_ECHO="$BUILD/bench/baseline_uring_echo --port {port}"
+EPOLL_ECHO="$BUILD/bench/baseline_epoll_echo --port {port}"
+REDIS="redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --protected-mode no --logfile ''"
+NGINX="nginx -p {dir} -c {dir}/nginx-{port}.conf -e {dir}/nginx-error.log"
+
+TMP=$(mktemp -d /tmp/perch-bench.XXXXXX)
+RAW=$TMP/raw.tsv
+SERVER_PID=""
+CLK_TCK=$(getconf CLK_TCK)
+PORT=17100
+
+cleanup() {
+	stop_server
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---- what is here ----
+
+have() { command -v "$1" >/dev/null 2>&1; }
+MISSING=()
+for tool in taskset wrk nginx redis-server redis-benchmark gnuplot; do
+	have "$tool" || MISSING+=("$tool")
+done
+if ((${#MISSING[@]})); then
+	echo "run.sh: not installed here: ${MISSING[*]} (Debian: apt-get install -y wrk nginx-light redis-server" \
+		"redis-tools gnuplot-nox; or ./dev bench-deps); what needs them is skipped or falls back" >&2
+fi
+have taskset || { echo "run.sh: taskset (util-linux) is required to pin server and client" >&2; exit 1; }
+for prog in echo_client flood_client http_client baseline_uring_echo baseline_epoll_echo; do
+	[[ -x $BUILD/bench/$prog ]] || { echo "run.sh: $BUILD/bench/$prog is missing: run ./dev build first" >&2; exit 1; }
+done
+
+# The program a command line runs (its first word), installed or built.
+runnable() {
+	local first
+	read -r first _ <<<"$1"
+	[[ -x $first ]] || have "$first"
+}
+
+# ---- servers ----
+
+nginx_conf() {
+	cat >"$TMP/nginx-$1.conf" <<EOF
+# One worker, no logging, keep-alive without a request limit, one fixed body: the same work as perch httpd's plaintext route.
+worker_processes 1;
+daemon off;
+pid $TMP/nginx-$1.pid;
+events { worker_connections 4096; }
+http {
+	access_log off;
+	default_type text/plain;
+	keepalive_requests 100000000;
+	keepalive_timeout 60s;
+	client_body_temp_path $TMP/nginx-body;
+	server {
+		listen 127.0.0.1:$1;
+		location / { return 200 "Hello, World!"; }
+	}
+}
+EOF
+}
+
+# Starts the command line $1 on port $2, pinned, and waits until the port accepts.
+start_server() {
+	local cmd=${1//\{port\}/$2} port=$2 t
+	cmd=${cmd//\{dir\}/$TMP}
+	[[ $cmd == nginx* ]] && nginx_conf "$port"
+	eval "exec taskset -c $SERVER_CPU $cmd" </dev/null >>"$TMP/server.log" 2>&1 &
+	SERVER_PID=$!
+	for ((t = 0; t < 100; t++)); do
+		if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+			echo "run.sh: server exited at start: $cmd (log: tail of $TMP/server.log follows)" >&2
+			tail -5 "$TMP/server.log" >&2
+			SERVER_PID=""
+			return 1
+		fi
+		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+		sleep 0.05
+	done
+	echo "run.sh: $cmd did not accept on port $port within 5 s" >&2
+	stop_server
+	return 1
+}
+
+stop_server() {
+	[[ -n $SERVER_PID ]] || return 0
+	kill "$SERVER_PID" 2>/dev/null || true
+	for ((t = 0; t < 40; t++)); do
+		kill -0 "$SERVER_PID" 2>/dev/null || break
+		sleep 0.05
+	done
+	kill -KILL "$SERVER_PID" 2>/dev/null || true
+	wait "$SERVER_PID" 2>/dev/null || true
+	SERVER_PID=""
+}
+
+# utime and stime ticks of the server and its children (nginx's worker), e.g. "123 45".
+server_cpu() {
+	local pid u=0 s=0 stat f
+	for pid in $SERVER_PID $(pgrep -P "$SERVER_PID" || true); do
+		stat=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
+		stat=${stat##*) } # fields after the command name, which may hold spaces
+		read -r -a f <<<"$stat"
+		u=$((u + f[11])) s=$((s + f[12]))
+	done
+	echo "$u $s"
+}
+
+# ---- clients: each prints "requests throughput p99_us errors" ----
+
+client_echo() { # mode conns size port
+	local line
+	line=$(taskset -c "$CLIENT_CPU" timeout $((${SECS%.*} + 30)) "$BUILD/bench/echo_client" --mode "$1" --conns "$2" \
+		--size "$3" --port "$4" --duration "$SECS" --csv) || true
+	[[ -n $line ]] || { echo "0 0 0 1"; return; }
+	IFS=, read -r _ _ _ _ msgs mps _ _ p99 _ errs <<<"$line"
+	echo "$msgs $mps $p99 $errs"
+}
+
+# wrk's "99%  1.23ms" in microseconds.
+wrk_us() {
+	awk '{ v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v);
+	       m = (u == "us") ? 1 : (u == "ms") ? 1000 : (u == "s") ? 1000000 : 0; printf "%.1f", v * m }'
+}
+
+client_http() { # depth port
+	local out req rps p99 errs
+	if have wrk; then
+		local script=()
+		(($1 > 1)) && script=(-s "$ROOT/bench/pipeline.lua")
+		out=$(taskset -c "$CLIENT_CPU" timeout $((${SECS%.*} + 30)) wrk -t1 -c"$HTTP_CONNS" -d"${SECS}s" --latency \
+			"${script[@]}" "http://127.0.0.1:$2/plaintext" -- "$1") || true
+		req=$(awk '/requests in/ { print $1 }' <<<"$out")
+		rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
+		p99=$(grep -E '^ +99%' <<<"$out" | wrk_us)
+		errs=$(awk '/Non-2xx|Socket errors/ { n++ } END { print n + 0 }' <<<"$out")
+		echo "${req:-0} ${rps:-0} ${p99:-0} $errs"
+	else
+		out=$(taskset -c "$CLIENT_CPU" timeout $((${SECS%.*} + 30)) "$BUILD/bench/http_client" --conns "$HTTP_CONNS" \
+			--depth "$1" --port "$2" --duration "$SECS" --csv) || true
+		IFS=, read -r _ _ _ req rps _ p99 _ non2xx errs <<<"$out"
+		echo "${req:-0} ${rps:-0} ${p99:-0} $((${non2xx:-0} + ${errs:-1}))"
+	fi
+}
+
+client_resp() { # test pipeline port
+	local n=$RESP_N1 out
+	(($2 > 1)) && n=$RESP_N16
+	out=$(taskset -c "$CLIENT_CPU" timeout 120 redis-benchmark -p "$3" -t "$1" -n "$n" -c 50 -P "$2" --csv 2>/dev/null |
+		tail -n +2 | head -1 | tr -d '"') || true
+	IFS=, read -r _ rps _ _ _ _ p99 _ <<<"$out"
+	[[ -n ${rps:-} ]] || { echo "0 0 0 1"; return; }
+	echo "$n $rps $(awk -v m="$p99" 'BEGIN { printf "%.1f", m * 1000 }') 0"
+}
+
+# ---- one measurement ----
+
+# measure SCENARIO LOAD SERVER CMD ROUND CLIENT-FUNCTION ARGS...: one server run under one load, one row in raw.tsv.
+measure() {
+	local scen=$1 load=$2 name=$3 cmd=$4 round=$5 port=$((PORT++)) c0 c1 res
+	shift 5
+	start_server "$cmd" "$port" || { printf '%s\t%s\t%s\t%s\tFAILED\n' "$scen" "$load" "$name" "$round" >>"$RAW"; return; }
+	c0=$(server_cpu)
+	res=$("$@" "$port")
+	c1=$(server_cpu)
+	stop_server
+	local req thr p99 errs u0 s0 u1 s1
+	read -r req thr p99 errs <<<"$res"
+	read -r u0 s0 <<<"$c0"
+	read -r u1 s1 <<<"$c1"
+	local uus sus
+	uus=$(awk -v d=$((u1 - u0)) -v n="$req" -v h="$CLK_TCK" 'BEGIN { printf "%.2f", n ? d * 1e6 / h / n : 0 }')
+	sus=$(awk -v d=$((s1 - s0)) -v n="$req" -v h="$CLK_TCK" 'BEGIN { printf "%.2f", n ? d * 1e6 / h / n : 0 }')
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$scen" "$load" "$name" "$round" "$thr" "$p99" "$uus" "$sus" "$errs" >>"$RAW"
+	printf '  round %s  %-16s %-18s %12s/s  p99 %9s us  cpu %6s us user %6s us sys%s\n' "$round" "$load" "$name" \
+		"$thr" "$p99" "$uus" "$sus" "$( ((errs)) && echo "  ERRORS=$errs")"
+}
+
+# The servers of a group that can run here, as "name|cmd" lines; says what it skips.
+pick() {
+	local entry name cmd
+	for entry in "$@"; do
+		name=${entry%%|*} cmd=${entry#*|}
+		if runnable "$cmd"; then
+			echo "$entry"
+		else
+			echo "run.sh: skip $name: '${cmd%% *}' is not built or not installed" >&2
+		fi
+	done
+}
+
+# rounds GROUP-ROUNDS SCENARIO LOAD CLIENT-ARGS... < servers: every round runs each server once, same order.
+rounds() {
+	local n=$1 scen=$2 load=$3 r entry list
+	shift 3
+	mapfile -t list < <(grep -v '^$' || true)
+	((${#list[@]})) || { echo "  (no server to run for $scen)"; return; }
+	for ((r = 1; r <= n; r++)); do
+		for entry in "${list[@]}"; do
+			measure "$scen" "$load" "${entry%%|*}" "${entry#*|}" "$r" "$@"
+		done
+	done
+}
+
+# ---- scenarios ----
+
+scenario_echo() {
+	local servers
+	servers=$(pick "perch|$PERCH_ECHO" "uring-baseline|$URING_ECHO" "epoll-baseline|$EPOLL_ECHO")
+	echo "== echo: ping-pong, $ECHO_CONNS connections x $ECHO_SIZE B; stream, $STREAM_CONNS x $STREAM_SIZE B"
+	rounds "$ROUNDS" echo pingpong client_echo pingpong "$ECHO_CONNS" "$ECHO_SIZE" <<<"$servers"
+	rounds "$ROUNDS" echo stream client_echo stream "$STREAM_CONNS" "$STREAM_SIZE" <<<"$servers"
+}
+
+scenario_http() {
+	local servers client=wrk
+	have wrk || client="bench/http_client (wrk is not installed)"
+	servers=$(pick "perch|$PERCH_HTTPD" "nginx|$NGINX")
+	echo "== http: GET /plaintext, $HTTP_CONNS connections, $client; plain and 16-deep pipelined"
+	rounds "$ROUNDS" http plain client_http 1 <<<"$servers"
+	rounds "$ROUNDS" http pipelined-16 client_http 16 <<<"$servers"
+}
+
+scenario_resp() {
+	local servers t p
+	have redis-benchmark || { echo "== resp: skipped, redis-benchmark is not installed (redis-tools)"; return; }
+	servers=$(pick "perch|$PERCH_RESP" "redis|$REDIS")
+	echo "== resp: redis-benchmark -c 50, tests: $RESP_TESTS; -P 1 and -P 16"
+	for p in 1 16; do
+		for t in $RESP_TESTS; do
+			rounds "$ROUNDS" resp "$t-P$p" client_resp "$t" "$p" <<<"$servers"
+		done
+	done
+}
+
+# Flood: one row per run with delivered frames, deadline hits and wall time (not a throughput).
+flood_once() { # port
+	local line
+	line=$(taskset -c "$CLIENT_CPU" timeout 90 "$BUILD/bench/flood_client" --port "$1" --csv </dev/null) || true
+	IFS=, read -r conns frames _ _ delivered deadline stalled failed wall <<<"$line"
+	[[ -n ${wall:-} ]] || { echo "FLOOD 0/0 0 0 1 0"; return; }
+	echo "FLOOD $delivered/$((conns * frames)) $deadline $stalled $failed $wall"
+}
+
+scenario_flood() {
+	local servers entry r port res
+	servers=$(pick "perch-multishot|$PERCH_ECHO_MULTISHOT" "perch-singleshot|$PERCH_ECHO_SINGLESHOT" \
+		"perch-epoll|$PERCH_ECHO_EPOLL" "uring-baseline|$URING_ECHO" "epoll-baseline|$EPOLL_ECHO")
+	echo "== flood: 96 connections x 64,000 frames of 126 B, 2 s write deadline"
+	[[ -n $servers ]] || { echo "  (no server to run)"; return; }
+	for ((r = 1; r <= FLOOD_ROUNDS; r++)); do
+		while IFS= read -r entry; do
+			port=$((PORT++))
+			start_server "${entry#*|}" "$port" || continue
+			res=$(flood_once "$port")
+			stop_server
+			read -r _ delivered deadline stalled failed wall <<<"$res"
+			printf 'flood\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "${entry%%|*}" "$r" "$delivered" "$deadline" \
+				"$stalled" "$failed" "$wall" >>"$TMP/flood.tsv"
+			printf '  round %s  %-18s delivered %s  deadline_hit %s  stalled %s  failed %s  wall %s s\n' \
+				"$r" "${entry%%|*}" "$delivered" "$deadline" "$stalled" "$failed" "$wall"
+		done <<<"$servers"
+	done
+}
+
+# ---- results ----
+
+# An awk median of a space-separated list (mawk has no asort).
+AWK_MEDIAN='
+function median(list,   a, n, i, j, t) {
+	n = split(list, a, " ")
+	for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}'
+
+# Medians per (scenario, load, server) from raw.tsv, with the ratio of throughput to the group's first server.
+summarize() {
+	awk -F'\t' "$AWK_MEDIAN"'
+	$5 == "FAILED" { failed[$1 SUBSEP $2 SUBSEP $3]++; next }
+	{
+		k = $1 SUBSEP $2 SUBSEP $3
+		if (!(k in seen)) { seen[k] = 1; order[++n] = k; if (!(($1 SUBSEP $2) in first)) first[$1 SUBSEP $2] = $3 }
+		thr[k] = thr[k] " " $5; p99[k] = p99[k] " " $6; us[k] = us[k] " " $7; sy[k] = sy[k] " " $8
+		errs[k] += $9; runs[k]++
+	}
+	END {
+		print "| scenario | load | server | throughput/s (median) | p99 us | user us/req | sys us/req | ratio | runs | errors |"
+		print "|---|---|---|---:|---:|---:|---:|---|---:|---:|"
+		for (i = 1; i <= n; i++) {
+			split(order[i], f, SUBSEP)
+			g = f[1] SUBSEP f[2]; ref = g SUBSEP first[g]
+			m = median(thr[order[i]]); r = median(thr[ref])
+			ratio = (f[3] == first[g]) ? "1.00 (reference)" : sprintf("%.2f x %s", r ? m / r : 0, first[g])
+			p = median(p99[order[i]]); p = p > 0 ? sprintf("%.1f", p) : "-" # stream loads have no round trip
+			printf "| %s | %s | %s | %.0f | %s | %.2f | %.2f | %s | %d | %d |\n", f[1], f[2], f[3], m,
+				p, median(us[order[i]]), median(sy[order[i]]), ratio, runs[order[i]], errs[order[i]]
+		}
+	}' "$RAW"
+}
+
+summarize_flood() {
+	awk -F'\t' '
+	{ k = $2; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+	  runs[k]++; if ($4 !~ /^0\//) { split($4, d, "/"); del[k] += d[1]; off[k] += d[2] }
+	  dl[k] += $5; st[k] += $6; fl[k] += $7; wall[k] = wall[k] " " $8 }
+	END {
+		print "| server | runs | frames delivered (all runs) | clients past deadline | stalled | failed | wall s (each run) |"
+		print "|---|---:|---:|---:|---:|---:|---|"
+		for (i = 1; i <= n; i++) { k = order[i]
+			printf "| %s | %d | %d / %d (%.2f%%) | %d | %d | %d |%s |\n", k, runs[k], del[k], off[k],
+				off[k] ? 100 * del[k] / off[k] : 0, dl[k], st[k], fl[k], wall[k] }
+	}' "$TMP/flood.tsv"
+}
+
+# One bar chart a scenario: median throughput per load and server.
+plot() {
+	local scen=$1 data=$TMP/plot-$1.dat
+	awk -F'\t' -v s="$scen" "$AWK_MEDIAN"'
+		$1 == s && $5 != "FAILED" { k = $2 "\t" $3; v[k] = v[k] " " $5; if (!(k in seen)) { seen[k] = 1; o[++n] = k } }
+		END { for (i = 1; i <= n; i++) print o[i] "\t" median(v[o[i]]) }' "$RAW" >"$data.long"
+	[[ -s $data.long ]] || return 0
+	# Wide form: one row a load, one column a server.
+	awk -F'\t' '{ if (!($2 in sc)) { sc[$2] = ++ns; sn[ns] = $2 } if (!($1 in lc)) { lc[$1] = ++nl; ln[nl] = $1 } v[$1, $2] = $3 }
+		END { printf "load"; for (j = 1; j <= ns; j++) printf "\t%s", sn[j]; print ""
+		      for (i = 1; i <= nl; i++) { printf "%s", ln[i]; for (j = 1; j <= ns; j++) printf "\t%s", ((ln[i], sn[j]) in v) ? v[ln[i], sn[j]] : 0; print "" } }' \
+		"$data.long" >"$data"
+	local ncol
+	ncol=$(head -1 "$data" | awk -F'\t' '{ print NF }')
+	gnuplot <<EOF
+set terminal pngcairo size 900,500 noenhanced
+set output "$OUT/$scen.png"
+set title "$scen: median throughput over $ROUNDS rounds (higher is better)"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set ylabel "requests or messages per second"
+set yrange [0:*]
+set key top left
+set datafile separator "\t"
+set grid ytics
+plot for [c=2:$ncol] "$data" using c:xtic(1) title columnheader(c)
+EOF
+}
+
+write_results() {
+	mkdir -p "$OUT"
+	local md=$OUT/results.md
+	{
+		echo "# perch benchmark results"
+		echo
+		echo "Made by \`bench/run.sh ${SCENARIOS[*]}\` on $(date -u '+%Y-%m-%d %H:%M UTC'): $ROUNDS rounds (flood: $FLOOD_ROUNDS) of ${SECS} s a load,"
+		echo "servers pinned to core $SERVER_CPU and clients to core $CLIENT_CPU, every server restarted for each run."
+		echo
+		echo "Machine: $(nproc) cores, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), Linux $(uname -r)."
+		echo "Tools: $(have nginx && nginx -v 2>&1 | tr -d '\n'), $(have redis-server && redis-server --version | awk '{ print $1, $3 }'), $(have wrk && wrk -v 2>&1 | head -1 | awk '{ print $1, $2 }')."
+		echo
+		echo "Throughput is the client's count; p99 is the client's round-trip (echo ping-pong, wrk, redis-benchmark);"
+		echo "user/sys us/req is the server's CPU (utime, stime from /proc/PID/stat, process and children) over the load"
+		echo "divided by the requests done. Ratio: the median throughput over the group's first server's."
+		echo
+		[[ -s $RAW ]] && summarize
+		if [[ -s $TMP/flood.tsv ]]; then
+			echo
+			echo "## Flood: 96 connections x 64,000 frames of 126 B, 2 s write deadline"
+			echo
+			summarize_flood
+		fi
+		echo
+		echo "Raw rounds: raw.tsv (scenario, load, server, round, throughput, p99 us, user us/req, sys us/req, errors)."
+	} >"$md"
+	[[ -s $RAW ]] && cp "$RAW" "$OUT/raw.tsv"
+	[[ -s $TMP/flood.tsv ]] && cp "$TMP/flood.tsv" "$OUT/flood.tsv"
+	if have gnuplot; then
+		for s in echo http resp; do plot "$s"; done
+	else
+		echo "run.sh: gnuplot is not installed: no plots (apt-get install gnuplot-nox)" >&2
+	fi
+	echo
+	cat "$md"
+	echo
+	echo "written: $md" "$OUT"/*.png
+}
+
+: >"$RAW"
+for s in "${SCENARIOS[@]}"; do "scenario_$s"; done
+write_results

@@ -1,0 +1,338 @@
+/* examples/resp/resp_store.c: a chained hash map of binary-safe strings, and the PING/ECHO/SET/GET/DEL/INCR command table over it. */
+#include "resp_store.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the map ---- */
+
+struct entry {
+	struct entry *next;
+	uint64_t hash;
+	size_t klen, vlen, vcap;
+	char *val;
+	char key[];
+};
+
+struct resp_store {
+	struct entry **buckets;
+	size_t nbuckets;  /* a power of two */
+	size_t count;
+};
+
+/* FNV-1a: keys here come from benchmarks and tests, not from an adversary (say so before reusing it). */
+static uint64_t hash_key(const char *k, size_t n)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)k[i]) * 1099511628211ull;
+	return h;
+}
+
+struct resp_store *resp_store_new(void)
+{
+	struct resp_store *s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->nbuckets = 1024;
+	s->buckets = calloc(s->nbuckets, sizeof(*s->buckets));
+	if (!s->buckets) {
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
+void resp_store_free(struct resp_store *s)
+{
+	if (!s)
+		return;
+	for (size_t b = 0; b < s->nbuckets; b++) {
+		for (struct entry *e = s->buckets[b], *next; e; e = next) {
+			next = e->next;
+			free(e->val);
+			free(e);
+		}
+	}
+	free(s->buckets);
+	free(s);
+}
+
+size_t resp_store_count(const struct resp_store *s)
+{
+	return s->count;
+}
+
+/* The link that points at key's entry (or at the NULL ending its chain). */
+static struct entry **find(const struct resp_store *s, const char *key, size_t klen, uint64_t h)
+{
+	struct entry **link = &s->buckets[h & (s->nbuckets - 1)];
+	for (; *link; link = &(*link)->next)
+		if ((*link)->hash == h && (*link)->klen == klen && memcmp((*link)->key, key, klen) == 0)
+			break;
+	return link;
+}
+
+/* Doubles the table when keys outnumber buckets; a failed grow only costs longer chains. */
+static void maybe_grow(struct resp_store *s)
+{
+	if (s->count < s->nbuckets)
+		return;
+	size_t n = s->nbuckets * 2;
+	struct entry **nb = calloc(n, sizeof(*nb));
+	if (!nb)
+		return;
+	for (size_t b = 0; b < s->nbuckets; b++) {
+		for (struct entry *e = s->buckets[b], *next; e; e = next) {
+			next = e->next;
+			e->next = nb[e->hash & (n - 1)];
+			nb[e->hash & (n - 1)] = e;
+		}
+	}
+	free(s->buckets);
+	s->buckets = nb;
+	s->nbuckets = n;
+}
+
+/* Stores val into e, reusing its memory when it fits. */
+static int put_value(struct entry *e, const char *val, size_t vlen)
+{
+	if (vlen > e->vcap || !e->val) {
+		char *v = malloc(vlen ? vlen : 1);
+		if (!v)
+			return -ENOMEM;
+		free(e->val);
+		e->val = v;
+		e->vcap = vlen;
+	}
+	memcpy(e->val, val, vlen);
+	e->vlen = vlen;
+	return 0;
+}
+
+int resp_store_set(struct resp_store *s, const char *key, size_t klen, const char *val, size_t vlen)
+{
+	uint64_t h = hash_key(key, klen);
+	struct entry **link = find(s, key, klen, h);
+	if (*link)
+		return put_value(*link, val, vlen);
+	struct entry *e = calloc(1, sizeof(*e) + klen);
+	if (!e)
+		return -ENOMEM;
+	if (put_value(e, val, vlen) < 0) {
+		free(e);
+		return -ENOMEM;
+	}
+	e->hash = h;
+	e->klen = klen;
+	memcpy(e->key, key, klen);
+	*link = e;
+	s->count++;
+	maybe_grow(s);
+	return 0;
+}
+
+const char *resp_store_get(const struct resp_store *s, const char *key, size_t klen, size_t *vlen)
+{
+	struct entry *e = *find(s, key, klen, hash_key(key, klen));
+	if (!e)
+		return NULL;
+	*vlen = e->vlen;
+	return e->val;
+}
+
+int resp_store_del(struct resp_store *s, const char *key, size_t klen)
+{
+	struct entry **link = find(s, key, klen, hash_key(key, klen));
+	struct entry *e = *link;
+	if (!e)
+		return 0;
+	*link = e->next;
+	free(e->val);
+	free(e);
+	s->count--;
+	return 1;
+}
+
+int resp_store_incr(struct resp_store *s, const char *key, size_t klen, int64_t by, int64_t *out)
+{
+	size_t vlen;
+	long long cur = 0;
+	const char *v = resp_store_get(s, key, klen, &vlen);
+	if (v && !resp_parse_ll(v, vlen, &cur))
+		return -EINVAL;
+	if ((by > 0 && cur > INT64_MAX - by) || (by < 0 && cur < INT64_MIN - by))
+		return -ERANGE;
+	char num[24];
+	int n = snprintf(num, sizeof(num), "%lld", cur + (long long)by);
+	int rc = resp_store_set(s, key, klen, num, (size_t)n);
+	if (rc == 0)
+		*out = cur + by;
+	return rc;
+}
+
+/* ---- replies ---- */
+
+static int reserve(struct resp_buf *o, size_t more)
+{
+	if (more <= o->cap - o->len)
+		return 0;
+	size_t cap = o->cap ? o->cap : 256;
+	while (cap - o->len < more)
+		cap *= 2;
+	char *p = realloc(o->p, cap);
+	if (!p)
+		return -ENOMEM;
+	o->p = p;
+	o->cap = cap;
+	return 0;
+}
+
+static int put(struct resp_buf *o, const char *s, size_t n)
+{
+	if (reserve(o, n) < 0)
+		return -ENOMEM;
+	memcpy(o->p + o->len, s, n);
+	o->len += n;
+	return 0;
+}
+
+#define PUT_LIT(o, lit) put((o), (lit), sizeof(lit) - 1)
+
+/* ":<n>\r\n" */
+static int reply_int(struct resp_buf *o, long long n)
+{
+	char b[32];
+	return put(o, b, (size_t)snprintf(b, sizeof(b), ":%lld\r\n", n));
+}
+
+/* "$<len>\r\n<bytes>\r\n" */
+static int reply_bulk(struct resp_buf *o, const char *p, size_t n)
+{
+	char b[32];
+	if (put(o, b, (size_t)snprintf(b, sizeof(b), "$%zu\r\n", n)) < 0 || put(o, p, n) < 0)
+		return -ENOMEM;
+	return PUT_LIT(o, "\r\n");
+}
+
+/* An error line may not hold CR or LF: they become spaces, as redis does. */
+int resp_reply_error(struct resp_buf *out, const char *msg)
+{
+	size_t n = strlen(msg), at = out->len + 5;
+	if (PUT_LIT(out, "-ERR ") < 0 || put(out, msg, n) < 0)
+		return -ENOMEM;
+	for (size_t i = at; i < out->len; i++)
+		if (out->p[i] == '\r' || out->p[i] == '\n')
+			out->p[i] = ' ';
+	return PUT_LIT(out, "\r\n");
+}
+
+/* ---- commands ---- */
+
+static bool arg_is(struct resp_arg a, const char *name)
+{
+	return a.len == strlen(name) && strncasecmp(a.p, name, a.len) == 0;
+}
+
+typedef int (*cmd_fn)(struct resp_store *s, const struct resp_cmd *c, struct resp_buf *o);
+
+static int cmd_ping(struct resp_store *s, const struct resp_cmd *c, struct resp_buf *o)
+{
+	return c->argc == 1 ? PUT_LIT(o, "+PONG\r\n") : reply_bulk(o, c->argv[1].p, c->argv[1].len);
+}
+
+static int cmd_echo(struct resp_store *s, const struct resp_cmd *c, struct resp_buf *o)
+{
+	return reply_bulk(o, c->argv[1].p, c->argv[1].len);
+}
+
+/* SET key value; the options (EX, PX, NX, XX, GET, KEEPTTL) are not implemented. */
+static int cmd_set(struct resp_store *s, const struct resp_cmd *c, struct resp_buf *o)
+{
+	if (c->argc != 3)
+		return resp_reply_error(o, "syntax error");
+	if (resp_store_set(s, c->argv[1].p, c->argv[1].len, c->argv[2].p, c->argv[2].len) < 0)
+		return -ENOMEM;
+	return PUT_LIT(o, "+OK\r\n");
+}
+
+static int cmd_get(struct resp_store *s, const struct resp_cmd *c, struct resp_buf *o)
+{
+	size_t n;
+	const char *v = resp_store_get(s, c->argv[1].p, c->argv[1].len, &n);
+	return v ? reply_bulk(o, v, n) : PUT_LIT(o, "$-1\r\n");
+}
+
+static int cmd_del(struct resp_store *s, const struct resp_cmd *c, struct resp_buf *o)
+{
+	long long n = 0;
+	for (size_t i = 1; i < c->argc; i++)
+		n += resp_store_del(s, c->argv[i].p, c->argv[i].len);
+	return reply_int(o, n);
+}
+
+static int cmd_incr(struct resp_store *s, const struct resp_cmd *c, struct resp_buf *o)
+{
+	int64_t v;
+	int rc = resp_store_incr(s, c->argv[1].p, c->argv[1].len, 1, &v);
+	if (rc == -EINVAL)
+		return resp_reply_error(o, "value is not an integer or out of range");
+	if (rc == -ERANGE)
+		return resp_reply_error(o, "increment or decrement would overflow");
+	return rc < 0 ? rc : reply_int(o, v);
+}
+
+/* CONFIG GET and COMMAND: nothing to tell, which clients take as "use your defaults". */
+static int cmd_empty_array(struct resp_store *s, const struct resp_cmd *c, struct resp_buf *o)
+{
+	return PUT_LIT(o, "*0\r\n");
+}
+
+/* arity as redis writes it: N exactly, -N at least N (the name counts). */
+static const struct command {
+	const char *name;
+	int arity;
+	cmd_fn fn;
+} commands[] = {
+	{ "ping", -1, cmd_ping },  { "echo", 2, cmd_echo }, { "set", -3, cmd_set },
+	{ "get", 2, cmd_get },     { "del", -2, cmd_del },  { "incr", 2, cmd_incr },
+	{ "config", -2, cmd_empty_array }, { "command", -1, cmd_empty_array },
+};
+
+/* redis's words: "unknown command 'x', with args beginning with: 'a' 'b' ", the args cut near 128 bytes. */
+static int reply_unknown(const struct resp_cmd *c, struct resp_buf *o)
+{
+	char args[256], msg[512];
+	size_t al = 0;
+	args[0] = '\0';
+	for (size_t i = 1; i < c->argc && al < 128; i++) {
+		int room = (int)(128 - al);
+		int len = c->argv[i].len < (size_t)room ? (int)c->argv[i].len : room;
+		al += (size_t)snprintf(args + al, sizeof(args) - al, "'%.*s' ", len, c->argv[i].p);
+	}
+	snprintf(msg, sizeof(msg), "unknown command '%.*s', with args beginning with: %s",
+		 (int)(c->argv[0].len > 128 ? 128 : c->argv[0].len), c->argv[0].p, args);
+	return resp_reply_error(o, msg);
+}
+
+int resp_execute(struct resp_store *s, const struct resp_cmd *c, struct resp_buf *out)
+{
+	if (c->argc == 0)
+		return 0;
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		const struct command *k = &commands[i];
+		if (!arg_is(c->argv[0], k->name))
+			continue;
+		if ((k->arity > 0 && c->argc != (size_t)k->arity) ||
+		    (k->arity < 0 && c->argc < (size_t)-k->arity) || (k->fn == cmd_ping && c->argc > 2)) {
+			char msg[64];
+			snprintf(msg, sizeof(msg), "wrong number of arguments for '%s' command", k->name);
+			return resp_reply_error(out, msg);
+		}
+		return k->fn(s, c, out);
+	}
+	return reply_unknown(c, out);
+}

@@ -1,0 +1,52 @@
+/* examples/resp/resp_store.h: the RESP example's key space (binary-safe strings in a chained hash map) and its command table. */
+#ifndef PERCH_EXAMPLES_RESP_STORE_H
+#define PERCH_EXAMPLES_RESP_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "resp_parse.h"
+
+/* Not thread-safe: one store per loop thread, or a lock around each call, is the caller's choice. */
+struct resp_store;
+
+/* Returns a new empty store, or NULL when memory is short. */
+struct resp_store *resp_store_new(void);
+/* Frees the store and every key in it; NULL is ignored. */
+void resp_store_free(struct resp_store *s);
+
+/* Number of keys. */
+size_t resp_store_count(const struct resp_store *s);
+/* Sets key to value (copies both). Returns 0 or -ENOMEM (then the old value stays). */
+int resp_store_set(struct resp_store *s, const char *key, size_t klen, const char *val, size_t vlen);
+/* The value of key (valid until the next change of that key), *vlen set; NULL when absent. */
+const char *resp_store_get(const struct resp_store *s, const char *key, size_t klen, size_t *vlen);
+/* Removes key. Returns 1 if it was there, 0 if not. */
+int resp_store_del(struct resp_store *s, const char *key, size_t klen);
+/*
+ * Adds `by` to the integer held at key (absent: 0) and stores the result as
+ * decimal. Returns 0 with *out; -EINVAL when the value is not a 64-bit
+ * integer as redis reads one; -ERANGE when the sum would overflow; -ENOMEM.
+ */
+int resp_store_incr(struct resp_store *s, const char *key, size_t klen, int64_t by, int64_t *out);
+
+/* A growable reply buffer; zero-initialise it, free p when done. */
+struct resp_buf {
+	char *p;
+	size_t len, cap;
+};
+
+/*
+ * Runs one parsed command against the store and appends its RESP2 reply to
+ * out: PING [msg], ECHO msg, SET key value, GET key, DEL key [key ...],
+ * INCR key, plus CONFIG GET and COMMAND answered with an empty array (what
+ * redis-benchmark and redis-cli ask first). Unknown commands, wrong arity and
+ * SET options get redis's error replies. argc 0 appends nothing. Returns 0
+ * or -ENOMEM.
+ */
+int resp_execute(struct resp_store *s, const struct resp_cmd *cmd, struct resp_buf *out);
+
+/* Appends "-ERR <msg>\r\n" (a protocol error from resp_parse, say). Returns 0 or -ENOMEM. */
+int resp_reply_error(struct resp_buf *out, const char *msg);
+
+#endif /* PERCH_EXAMPLES_RESP_STORE_H */
