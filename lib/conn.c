@@ -495,7 +495,7 @@ static int advance_claimed(struct perch_conn *c, size_t consumed, size_t examine
 		return -EINVAL;
 	consume_bytes(c, consumed);
 	c->rd_consumed = c->rd_result_base + consumed;
-	c->rd_examined = new_examined;
+	perch__store_u64(&c->rd_examined, new_examined);
 	c->rd_have_result = false;
 	return 0;
 }
@@ -634,7 +634,8 @@ int perch__conn_discard(struct perch_conn *c)
 	perch__fence_rmw_then_load();
 	drain_fifo(c);
 	consume_bytes(c, c->rd_drained - c->rd_consumed);
-	c->rd_consumed = c->rd_examined = c->rd_drained;
+	c->rd_consumed = c->rd_drained;
+	perch__store_u64(&c->rd_examined, c->rd_drained);
 	c->rd_have_result = false;
 	release_claim(c);
 	return 0;

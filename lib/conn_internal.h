@@ -61,7 +61,7 @@ struct perch_conn {
 	size_t rd_head_off;            /* consumed bytes of rd_head */
 	uint64_t rd_drained;           /* bytes moved from rx_fifo to the rd_ list */
 	uint64_t rd_consumed;          /* stream offset of the first unconsumed byte */
-	uint64_t rd_examined;          /* stream offset the reader has examined to */
+	uint64_t rd_examined;          /* stream offset the reader has examined to (atomic: a delivery looks at it) */
 	uint64_t rd_result_base;       /* stream offset the last result started at */
 	uint64_t rd_result_len;
 	bool rd_have_result;
@@ -121,7 +121,7 @@ static inline bool perch__conn_read_ready(const struct perch_conn *c)
 {
 	if (perch__load_u32(&c->rx_flags) != 0 || perch__load_u32(&c->rd_cancel) != 0)
 		return true;
-	return perch__load_u64(&c->rx_total) > c->rd_examined;
+	return perch__load_u64(&c->rx_total) > perch__load_u64(&c->rd_examined);
 }
 
 /* ---- for the pipe adapters (pipes/): the unchecked park calls, staging, discard ---- */
