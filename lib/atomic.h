@@ -62,7 +62,6 @@ static inline bool perch__cas_u32(uint32_t *p, uint32_t o, uint32_t n) { return 
 static inline uint32_t perch__xchg_u32(uint32_t *p, uint32_t v) { return PERCH__A_XCHG(p, v); }
 static inline uint32_t perch__faa_u32(uint32_t *p, uint32_t v) { return PERCH__A_FAA(p, v); }
 static inline uint32_t perch__for_u32(uint32_t *p, uint32_t v) { return PERCH__A_FOR(p, v); }
-static inline void perch__and_u32(uint32_t *p, uint32_t v) { __atomic_fetch_and(p, v, __ATOMIC_SEQ_CST); }
 
 static inline uint64_t perch__load_u64(const uint64_t *p) { return PERCH__A_LOAD(p); }
 static inline void perch__store_u64(uint64_t *p, uint64_t v) { PERCH__A_STORE(p, v); }
@@ -133,7 +132,6 @@ static inline uint32_t perch__for_u32(uint32_t *p, uint32_t v)
 		ck_pr_stall();
 	return o;
 }
-static inline void perch__and_u32(uint32_t *p, uint32_t v) { ck_pr_and_32(p, v); }
 
 static inline uint64_t perch__load_u64(const uint64_t *p)
 {

@@ -116,6 +116,15 @@ static void release_claim(struct perch_conn *c)
 	perch__xchg_uptr(&c->read_waiter, PERCH__SLOT_EMPTY);
 }
 
+/* Serves a read under the claim: fills *out (none: the caller reads later), lets the claim go. */
+static int serve_claimed(struct perch_conn *c, struct perch_read_result *out)
+{
+	if (out)
+		fill_result(c, out);
+	release_claim(c);
+	return 0;
+}
+
 int perch__conn_park_read(struct perch_conn *c, struct perch_recv_listener *listener,
 			  struct perch_read_result *out, uint64_t *cookie_out)
 {
@@ -124,11 +133,8 @@ int perch__conn_park_read(struct perch_conn *c, struct perch_recv_listener *list
 		return -EBUSY;
 	perch__fence_rmw_then_load();
 	/* 2. Re-check under the claim: a completion before the claim left no mark. */
-	if (perch__conn_read_ready(c)) {
-		fill_result(c, out);
-		release_claim(c);
-		return 0;
-	}
+	if (perch__conn_read_ready(c))
+		return serve_claimed(c, out);
 	/* 3. Ready the listener: only here, past every guard, when the read is about to park. */
 	c->rd_have_result = false;
 	c->read_cookie = *cookie_out = listener->on_parking(listener, c);
@@ -142,11 +148,8 @@ int perch__conn_park_read(struct perch_conn *c, struct perch_recv_listener *list
 		 */
 		perch__xchg_uptr(&c->read_waiter, PERCH__SLOT_CLAIM);
 		perch__fence_rmw_then_load();
-		if (perch__conn_read_ready(c)) {
-			fill_result(c, out);
-			release_claim(c);
-			return 0;
-		}
+		if (perch__conn_read_ready(c))
+			return serve_claimed(c, out);
 	}
 	return PERCH_PENDING;
 }
@@ -195,22 +198,40 @@ static void release_seg(struct perch_conn *c, struct perch_seg *seg)
 	c->ops->release_seg(c, seg);
 }
 
-/* Drops `n` consumed bytes from the head of the reader's list, returning whole segments. */
-static void consume_bytes(struct perch_conn *c, uint64_t n)
+/*
+ * Drops `n` consumed bytes from the head of the reader's list and returns
+ * the whole segments they covered, for release_segs once the claim is let
+ * go: a transport's release may run code (an in-memory pipe wakes its
+ * writer) that must not find the slot still claimed.
+ */
+static struct perch_seg *consume_bytes(struct perch_conn *c, uint64_t n)
 {
+	struct perch_seg *done = NULL, **tail = &done;
 	while (n > 0 && c->rd_head) {
 		struct perch_seg *seg = c->rd_head;
 		uint64_t left = seg->len - c->rd_head_off;
 		if (n < left) {
 			c->rd_head_off += n;
-			return;
+			break;
 		}
 		n -= left;
 		c->rd_head = seg->next;
 		if (!c->rd_head)
 			c->rd_tail = NULL;
 		c->rd_head_off = 0;
+		*tail = seg;
+		tail = &seg->next;
+	}
+	*tail = NULL;
+	return done;
+}
+
+static void release_segs(struct perch_conn *c, struct perch_seg *seg)
+{
+	while (seg) {
+		struct perch_seg *next = seg->next;
 		release_seg(c, seg);
+		seg = next;
 	}
 }
 
@@ -486,14 +507,15 @@ int perch_conn_read(struct perch_conn *c, struct perch_read_result *out,
 	return rc;
 }
 
-static int advance_claimed(struct perch_conn *c, size_t consumed, size_t examined)
+static int advance_claimed(struct perch_conn *c, size_t consumed, size_t examined,
+			   struct perch_seg **done)
 {
 	if (!c->rd_have_result || consumed > examined || examined > c->rd_result_len)
 		return -EINVAL;
 	uint64_t new_examined = c->rd_result_base + examined;
 	if (new_examined < c->rd_examined)
 		return -EINVAL;
-	consume_bytes(c, consumed);
+	*done = consume_bytes(c, consumed);
 	c->rd_consumed = c->rd_result_base + consumed;
 	perch__store_u64(&c->rd_examined, new_examined);
 	c->rd_have_result = false;
@@ -507,8 +529,12 @@ int perch_conn_advance(struct perch_conn *c, size_t consumed, size_t examined)
 		return -EINVAL;
 	if (!perch__cas_uptr(&c->read_waiter, PERCH__SLOT_EMPTY, PERCH__SLOT_CLAIM))
 		return -EBUSY;
-	int rc = advance_claimed(c, consumed, examined);
+	struct perch_seg *done = NULL;
+	int rc = advance_claimed(c, consumed, examined, &done);
 	release_claim(c);
+	release_segs(c, done);
+	if (rc == 0 && consumed > 0 && c->ops->consumed)
+		c->ops->consumed(c, consumed);
 	return rc;
 }
 
@@ -633,11 +659,15 @@ int perch__conn_discard(struct perch_conn *c)
 		return -EBUSY;
 	perch__fence_rmw_then_load();
 	drain_fifo(c);
-	consume_bytes(c, c->rd_drained - c->rd_consumed);
+	uint64_t n = c->rd_drained - c->rd_consumed;
+	struct perch_seg *done = consume_bytes(c, n);
 	c->rd_consumed = c->rd_drained;
 	perch__store_u64(&c->rd_examined, c->rd_drained);
 	c->rd_have_result = false;
 	release_claim(c);
+	release_segs(c, done);
+	if (n > 0 && c->ops->consumed)
+		c->ops->consumed(c, n);
 	return 0;
 }
 

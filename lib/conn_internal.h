@@ -32,6 +32,12 @@ struct perch__transport_ops {
 	void (*close)(struct perch_conn *c);
 	/* Last reference gone; optional. The core frees `c` after it returns. */
 	void (*destroy)(struct perch_conn *c);
+	/*
+	 * The reader consumed `n` more bytes (optional; the reader's thread,
+	 * after the slot is let go): byte-exact, where release_seg comes only
+	 * per whole segment. The in-memory pipe's backpressure counts on it.
+	 */
+	void (*consumed)(struct perch_conn *c, uint64_t n);
 };
 
 /* The read slot's marks; any other value is a parked struct perch_recv_listener *. */
@@ -129,7 +135,9 @@ static inline bool perch__conn_read_ready(const struct perch_conn *c)
 /*
  * perch_conn_try_read_or_park and perch_conn_try_flush_or_park without the
  * argument checks (the adapters pass their own, valid listeners), and with
- * the cookie on_parking returned in *cookie_out when they park.
+ * the cookie on_parking returned in *cookie_out when they park. A NULL
+ * `out` serves nothing: 0 then only says a read would be served now (a
+ * re-park from inside on_recv_ready leaves the result to the caller's read).
  */
 int perch__conn_park_read(struct perch_conn *c, struct perch_recv_listener *listener,
 			  struct perch_read_result *out, uint64_t *cookie_out);

@@ -13,6 +13,7 @@
 #include <perch/vtask.h>
 
 #include "atomic.h"
+#include "vtask_internal.h"
 
 /*
  * vt->state, the one word every call races through:
@@ -34,14 +35,14 @@
  * nothing; ready() waits out a registration in progress (a few stores) so
  * the next version's registrant never writes beside it.
  */
-#define PH_PENDING    0u
-#define PH_REGISTERED 1u
-#define PH_COMPLETED  2u
-#define PH_REGISTERING 3u
-#define PH_MASK       3u
-#define WAITER        4u
-#define VER_SHIFT     3
-#define VER_MASK      0x1fffffffu
+#define PH_PENDING    PERCH__VT_PH_PENDING
+#define PH_REGISTERED PERCH__VT_PH_REGISTERED
+#define PH_COMPLETED  PERCH__VT_PH_COMPLETED
+#define PH_REGISTERING PERCH__VT_PH_REGISTERING
+#define PH_MASK       PERCH__VT_PH_MASK
+#define WAITER        PERCH__VT_WAITER
+#define VER_SHIFT     PERCH__VT_VER_SHIFT
+#define VER_MASK      PERCH__VT_VER_MASK
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the futex word is the state's low half");
 

@@ -15,18 +15,21 @@
  * flushed buffer becomes a segment without a copy.
  *
  * Backpressure is a one-slot arm like the connection's flush: the writer
- * readies its task, publishes `waiting`, then looks at `unread`; the
- * reader lowers `unread`, then looks at `waiting`. Each side publishes
- * with a read-modify-write and fences before it looks, so one of them
- * always sees the other, and whoever takes `waiting` back (an exchange)
- * completes the flush, exactly once.
+ * readies the flush task, publishes its token in `waiting`, then looks at
+ * `unread`; the reader lowers `unread`, then looks at `waiting`. Each side
+ * publishes with a read-modify-write and fences before it looks, so one of
+ * them always sees the other, and whoever takes the token back (an
+ * exchange) completes that version, exactly once. The token travels in the
+ * word itself, so the winner never reads it after giving the slot up. The
+ * task lives here, with the connection, not in the writer: a reader that
+ * won the exchange may complete it after the writer was freed.
  */
 struct perch__mem_pipe {
-	struct perch_pipe_writer *w;      /* the vtask a waiting flush completes lives there */
+	struct perch_vtask vt;            /* the waiting flush's task */
 	size_t pause, resume;
 	uint64_t unread;                  /* flushed and not yet consumed */
-	uint32_t waiting;                 /* a flush waits for room */
-	uint32_t token;                   /* its version, stored before `waiting` publishes it */
+	uint32_t waiting;                 /* the waiting flush's token, 0 when none waits */
+	uint32_t cancel;                  /* a cancel for the next flush */
 	uint32_t reader_done;
 };
 
@@ -46,10 +49,14 @@ static void mem_send(struct perch_conn *c, struct perch__txbuf *chain)
 static void mem_release_seg(struct perch_conn *c, struct perch_seg *seg)
 {
 	struct mem_seg *ms = (struct mem_seg *)seg;
-	uint32_t len = seg->len;
 	perch__conn_free_chain(ms->buf);
 	free(ms);
-	mem_room_made(c->transport, len);
+}
+
+/* Byte-exact: a reader that keeps part of a segment still makes room for what it consumed. */
+static void mem_consumed(struct perch_conn *c, uint64_t n)
+{
+	mem_room_made(c->transport, n);
 }
 
 static void mem_destroy(struct perch_conn *c)
@@ -61,6 +68,7 @@ static const struct perch__transport_ops mem_ops = {
 	.send = mem_send,
 	.release_seg = mem_release_seg,
 	.destroy = mem_destroy,
+	.consumed = mem_consumed,
 };
 
 static bool has_room(struct perch__mem_pipe *mp)
@@ -70,10 +78,20 @@ static bool has_room(struct perch__mem_pipe *mp)
 
 bool perch__mem_wake_flush(struct perch__mem_pipe *mp, int result)
 {
-	if (!perch__load_u32(&mp->waiting) || perch__xchg_u32(&mp->waiting, 0) == 0)
+	uint32_t token;
+	if (!perch__load_u32(&mp->waiting) || (token = perch__xchg_u32(&mp->waiting, 0)) == 0)
 		return false;
-	perch_vtask_complete(&mp->w->vt, perch__load_u32(&mp->token), result);
+	perch_vtask_complete(&mp->vt, token, result);
 	return true;
+}
+
+void perch__mem_cancel_flush(struct perch_pipe_writer *w)
+{
+	/* Marked first, so a flush about to publish sees it after it does (wait_for_room). */
+	perch__xchg_u32(&w->mem->cancel, 1);
+	perch__fence_rmw_then_load();
+	if (perch__mem_wake_flush(w->mem, -ECANCELED))
+		perch__xchg_u32(&w->mem->cancel, 0);
 }
 
 /* The reader consumed `n` bytes (its thread, inside advance). */
@@ -103,8 +121,9 @@ static void free_spares(struct mem_seg *spares)
 
 /*
  * Lends each committed buffer to the reader as a segment. Every segment is
- * allocated first, so running out of memory lends nothing. Returns 0 or
- * -ENOMEM (the chain is still the caller's).
+ * allocated first, so running out of memory lends nothing; the queue's own
+ * node can still fail (-ENOMEM), and the buffers from that one on are
+ * dropped. Takes the chain either way.
  */
 static int publish(struct perch_pipe_writer *w, struct perch__txbuf *chain)
 {
@@ -113,9 +132,10 @@ static int publish(struct perch_pipe_writer *w, struct perch__txbuf *chain)
 		struct mem_seg *ms = calloc(1, sizeof(*ms));
 		if (!ms) {
 			free_spares(spares);
+			perch__conn_free_chain(chain);
 			return -ENOMEM;
 		}
-		ms->seg.next = &spares->seg;
+		ms->seg.next = (struct perch_seg *)spares;   /* seg is the first member */
 		spares = ms;
 	}
 	for (struct perch__txbuf *b = chain, *next; b; b = next) {
@@ -129,12 +149,10 @@ static int publish(struct perch_pipe_writer *w, struct perch__txbuf *chain)
 		ms->seg.len = b->len;
 		perch__faa_u64(&w->mem->unread, b->len);
 		if (perch__conn_recv_arrived(w->c, &ms->seg) != 0) {
-			/* The queue's own node could not be allocated: this and later buffers are lost. */
 			perch__faa_u64(&w->mem->unread, (uint64_t)0 - b->len);
 			free(ms);
+			b->next = next;
 			perch__conn_free_chain(b);
-			b->next = NULL;
-			perch__conn_free_chain(next);
 			free_spares(spares);
 			return -ENOMEM;
 		}
@@ -142,20 +160,25 @@ static int publish(struct perch_pipe_writer *w, struct perch__txbuf *chain)
 	return 0;
 }
 
-/* Parks the flush until the reader makes room, or serves it if room came meanwhile. */
+/*
+ * Parks the flush until the reader makes room, or serves it if room (or a
+ * cancel, or the reader's end) came meanwhile.
+ */
 static int wait_for_room(struct perch__mem_pipe *mp, struct perch_vtask_handle *task)
 {
-	uint32_t token = perch_vtask_ready(&mp->w->vt);
-	perch__store_u32(&mp->token, token);
-	perch__xchg_u32(&mp->waiting, 1);
-	perch__fence_rmw_then_load();
-	task->task = &mp->w->vt;
+	uint32_t token = perch_vtask_ready(&mp->vt);
+	task->task = &mp->vt;
 	task->token = token;
-	if (!has_room(mp))
+	perch__xchg_u32(&mp->waiting, token);
+	perch__fence_rmw_then_load();
+	bool canceled = perch__load_u32(&mp->cancel) != 0;
+	if (!has_room(mp) && !canceled)
 		return PERCH_PENDING;
-	/* Room came before we published: take the wait back, unless the reader did (it completes the task). */
+	/* Take the wait back, unless the reader (or a cancel) did: it completes the task. */
 	if (perch__xchg_u32(&mp->waiting, 0) == 0)
 		return PERCH_PENDING;
+	if (canceled && perch__xchg_u32(&mp->cancel, 0))
+		return -ECANCELED;
 	return perch__load_u32(&mp->reader_done) ? -EPIPE : 0;
 }
 
@@ -169,7 +192,7 @@ int perch__mem_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *tas
 	}
 	if (refused)
 		return refused;
-	if (perch__xchg_u32(&w->cancel, 0))
+	if (perch__xchg_u32(&mp->cancel, 0))
 		return -ECANCELED;
 	size_t len;
 	struct perch__txbuf *chain = perch__conn_take_staged(w->c, &len);
@@ -188,7 +211,6 @@ void perch__mem_writer_completed(struct perch_pipe_writer *w)
 		perch__conn_free_chain(chain);
 	else if (chain)
 		publish(w, chain);
-	/* A flush still waiting ends here: the reader must not reach this writer once it is freed. */
 	perch__mem_wake_flush(w->mem, -EPIPE);
 	perch__conn_peer_closed(w->c);
 }
@@ -216,6 +238,7 @@ int perch_pipe_new(const struct perch_pipe_opts *opts, struct perch_pipe_reader 
 		return -ENOMEM;
 	mp->pause = pause;
 	mp->resume = resume;
+	perch_vtask_init(&mp->vt);
 	struct perch_conn *c = perch__conn_new(&mem_ops, mp);
 	if (!c) {
 		free(mp);
@@ -227,7 +250,6 @@ int perch_pipe_new(const struct perch_pipe_opts *opts, struct perch_pipe_reader 
 	if (rc == 0 && (rc = perch__pipe_writer_init(&w, c, mp)) != 0)
 		perch_pipe_reader_free(r);
 	if (rc == 0) {
-		mp->w = w;
 		*reader = r;
 		*writer = w;
 	}

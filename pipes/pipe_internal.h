@@ -9,7 +9,7 @@
 struct perch__mem_pipe;
 
 #define READER_COMPLETED 1u
-#define READER_DELIVERED 2u
+#define READER_FREEING   2u   /* a free is under way: a free from a continuation it runs is ignored */
 
 /*
  * The reader parks on the connection through `listener`, whose on_parking
@@ -25,19 +25,31 @@ struct perch_pipe_reader {
 	struct perch_vtask vt;
 	uint32_t token;                   /* the version the last park readied (reading thread) */
 	uint64_t repark_cookie;           /* the version a re-park keeps (delivering thread) */
-	uint32_t state;                   /* READER_COMPLETED | READER_DELIVERED: one load on the hot path */
-	struct perch_read_result delivered; /* READER_DELIVERED: a result the caller has not taken */
+	uint32_t state;                   /* READER_COMPLETED | READER_FREEING */
 };
 
-/* The writer stages on the connection (zero-copy) and parks its flush on it, or on the in-memory pipe. */
+/*
+ * The writer stages on the connection (zero-copy) and parks its flush on
+ * it, or on the in-memory pipe. A flush the kernel holds outlives a cancel
+ * (which completes the caller's task at once), so the writer may be freed
+ * while still armed: `life` counts the arms not yet signalled (in steps of
+ * WRITER_ARMED) and carries WRITER_FREED; whichever of free and the last
+ * signal comes second frees the writer.
+ */
+#define WRITER_FREED   1u
+#define WRITER_ARMED   2u
+#define WRITER_FREEING 0x80000000u  /* a free is under way: a free from a continuation it runs is ignored */
+
 struct perch_pipe_writer {
 	struct perch_flush_listener listener;
 	struct perch_conn *c;
 	struct perch__mem_pipe *mem;      /* the in-memory pipe this writes, or NULL */
-	struct perch_vtask vt;
-	uint32_t token;                   /* the waiting flush's version; read by a cancel on any thread */
+	struct perch_vtask vt;            /* over a connection; the in-memory pipe has its own */
+	uint32_t token;                   /* the last flush's version; read by a cancel on any thread */
 	uint32_t cancel;                  /* a cancel for the next flush */
 	uint32_t completed;
+	uint32_t life;
+	size_t room;                      /* what the last get_buffer lent and advance has not committed */
 };
 
 /* ---- the in-memory pipe, for the reader and writer (pipes/mem_pipe.c) ---- */
@@ -48,6 +60,8 @@ int perch__mem_write_refusal(struct perch__mem_pipe *mp);
 int perch__mem_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *task);
 /* Completes the waiting flush with `result` if one waits. Returns whether one did. */
 bool perch__mem_wake_flush(struct perch__mem_pipe *mp, int result);
+/* A cancel for the waiting flush, or for the next one. */
+void perch__mem_cancel_flush(struct perch_pipe_writer *w);
 /* The writer completed: its committed bytes, then the end of the stream; a waiting flush gets -EPIPE. */
 void perch__mem_writer_completed(struct perch_pipe_writer *w);
 /* The reader completed: a waiting flush and every later one fail with -EPIPE. */

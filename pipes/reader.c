@@ -6,6 +6,7 @@
 
 #include "atomic.h"
 #include "pipe_internal.h"
+#include "vtask_internal.h"
 
 #define READER_OF(l, member) \
 	((struct perch_pipe_reader *)((char *)(l) - offsetof(struct perch_pipe_reader, member)))
@@ -37,6 +38,12 @@ static void discard_all(struct perch_pipe_reader *r)
 	}
 }
 
+/* Whether the version the last park readied has not completed yet (reading thread). */
+static bool reader_waiting(struct perch_pipe_reader *r)
+{
+	return r->token && perch__vtask_pending(&r->vt, r->token);
+}
+
 /* The rare ways of a delivery: the reader completed, or the wake brought nothing new. */
 static __attribute__((noinline)) void reader_ready_slow(struct perch_pipe_reader *r,
 							 struct perch_conn *c, uint64_t cookie)
@@ -47,21 +54,24 @@ static __attribute__((noinline)) void reader_ready_slow(struct perch_pipe_reader
 		return;
 	}
 	perch__store_u64(&r->repark_cookie, cookie);
-	int rc = perch__conn_park_read(c, &r->repark, &r->delivered, &cookie);
+	/* No result: if bytes came meanwhile, the caller's next read serves them. */
+	int rc = perch__conn_park_read(c, &r->repark, NULL, &cookie);
 	if (rc == PERCH_PENDING)
 		return;
-	if (rc == 0)
-		perch__for_u32(&r->state, READER_DELIVERED);
+	if (rc == -EBUSY && (perch__load_u32(&r->state) & READER_COMPLETED)) {
+		/* complete() claimed the slot to discard: the caller gets what complete promises. */
+		discard_all(r);
+		rc = -ECANCELED;
+	}
 	perch_vtask_complete(&r->vt, (uint32_t)cookie, rc);
 }
 
 /*
  * The park's one delivery. A wake with nothing new parks again (same
- * version) instead of waking the caller to find nothing. Usually the wake
- * brought something, and the caller's next read serves it; when it comes
- * only as the re-park claims the slot, the re-park reads it, and it waits
- * in `delivered` for the caller's next read. The task's completion is the
- * last touch of the reader: its continuation may free it.
+ * version) instead of waking the caller to find nothing; otherwise the
+ * caller is woken and its next read is served by the connection. The
+ * task's completion is the last touch of the reader: its continuation may
+ * free it.
  */
 static void reader_ready(struct perch_recv_listener *l, struct perch_conn *c, uint64_t cookie)
 {
@@ -103,33 +113,19 @@ int perch_pipe_reader_new(struct perch_conn *c, struct perch_pipe_reader **out)
 	return perch__pipe_reader_init(out, c, NULL);
 }
 
-/*
- * The reader's state in one load: -EINVAL once completed; 0 with *out
- * filled when a delivery already read a result for the caller; 1 when the
- * read goes to the connection.
- */
-static int reader_state(struct perch_pipe_reader *r, struct perch_read_result *out)
+/* The hot path's one look at the reader: completed, or not. */
+static bool reader_completed(struct perch_pipe_reader *r)
 {
-	uint32_t state = perch__load_u32(&r->state);
-	if (__builtin_expect(state == 0, 1))
-		return 1;
-	if (state & READER_COMPLETED)
-		return -EINVAL;
-	*out = r->delivered;
-	perch__and_u32(&r->state, ~READER_DELIVERED);
-	return 0;
+	return perch__load_u32(&r->state) & READER_COMPLETED;
 }
 
 int perch_pipe_read(struct perch_pipe_reader *r, struct perch_read_result *out,
 		    struct perch_vtask_handle *task)
 {
-	if (!r || !out || !task)
+	if (!r || !out || !task || reader_completed(r))
 		return -EINVAL;
-	int rc = reader_state(r, out);
-	if (rc != 1)
-		return rc;
 	uint64_t token;
-	rc = perch__conn_park_read(r->c, &r->listener, out, &token);
+	int rc = perch__conn_park_read(r->c, &r->listener, out, &token);
 	if (rc == PERCH_PENDING) {
 		task->task = &r->vt;
 		task->token = (uint32_t)token;
@@ -139,10 +135,9 @@ int perch_pipe_read(struct perch_pipe_reader *r, struct perch_read_result *out,
 
 int perch_pipe_try_read(struct perch_pipe_reader *r, struct perch_read_result *out)
 {
-	if (!r || !out)
+	if (!r || !out || reader_completed(r))
 		return -EINVAL;
-	int rc = reader_state(r, out);
-	return rc != 1 ? rc : perch_conn_try_read(r->c, out);
+	return perch_conn_try_read(r->c, out);
 }
 
 int perch_pipe_advance_to(struct perch_pipe_reader *r, size_t consumed, size_t examined)
@@ -179,7 +174,20 @@ void perch_pipe_reader_free(struct perch_pipe_reader *r)
 {
 	if (!r)
 		return;
+	/* complete() may run a waiting read's continuation here, which may free the reader again. */
+	if (perch__for_u32(&r->state, READER_FREEING) & READER_FREEING)
+		return;
 	perch_pipe_reader_complete(r);
+	/*
+	 * complete() took a parked read back; a delivery already under way on
+	 * another thread is done with the reader once its completing CAS ran.
+	 */
+	unsigned spins = 0;
+	while (reader_waiting(r))
+		if (++spins % 64 == 0)
+			sched_yield();
+		else
+			perch__cpu_relax();
 	perch__conn_unref(r->c);
 	free(r);
 }

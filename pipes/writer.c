@@ -9,6 +9,12 @@
 
 #define WRITER_OF(l) ((struct perch_pipe_writer *)(l))
 
+static void writer_destroy(struct perch_pipe_writer *w)
+{
+	perch__conn_unref(w->c);
+	free(w);
+}
+
 /* The connection is about to park this flush: ready the one task the caller will await. */
 static uint64_t writer_parking(struct perch_flush_listener *l, struct perch_conn *c)
 {
@@ -18,11 +24,25 @@ static uint64_t writer_parking(struct perch_flush_listener *l, struct perch_conn
 	return token;
 }
 
-/* Completes the version the park readied (a canceled one stays canceled): the last touch of w. */
+/* An arm ended (signalled, or taken back by the flusher): frees the writer if it was freed meanwhile. */
+static void writer_disarmed(struct perch_pipe_writer *w)
+{
+	uint32_t before = perch__faa_u32(&w->life, (uint32_t)-WRITER_ARMED);
+	if ((before & ~WRITER_FREEING) == (WRITER_ARMED | WRITER_FREED))
+		writer_destroy(w);
+}
+
+/*
+ * Completes the version the park readied (a canceled one stays canceled).
+ * Its continuation may free the writer: the arm still counted keeps it
+ * until writer_disarmed, which is the last touch.
+ */
 static void writer_done(struct perch_flush_listener *l, struct perch_conn *c, uint64_t cookie,
 			int result)
 {
-	perch_vtask_complete(&WRITER_OF(l)->vt, (uint32_t)cookie, result);
+	struct perch_pipe_writer *w = WRITER_OF(l);
+	perch_vtask_complete(&w->vt, (uint32_t)cookie, result);
+	writer_disarmed(w);
 }
 
 int perch__pipe_writer_init(struct perch_pipe_writer **out, struct perch_conn *c,
@@ -61,7 +81,9 @@ int perch_pipe_get_buffer(struct perch_pipe_writer *w, size_t size_hint, uint8_t
 	int refused = w->mem ? perch__mem_write_refusal(w->mem) : 0;
 	if (refused)
 		return refused;
-	return perch__conn_stage_buffer(w->c, size_hint, buf, len);
+	int rc = perch__conn_stage_buffer(w->c, size_hint, buf, len);
+	w->room = rc == 0 ? *len : 0;
+	return rc;
 }
 
 int perch_pipe_advance(struct perch_pipe_writer *w, size_t n)
@@ -71,35 +93,66 @@ int perch_pipe_advance(struct perch_pipe_writer *w, size_t n)
 	int refused = w->mem ? perch__mem_write_refusal(w->mem) : 0;
 	if (refused)
 		return refused;
-	return perch__conn_stage_commit(w->c, n);
+	if (perch__load_u32(&w->c->flush_busy))
+		return -EBUSY;
+	/* Only what the last get_buffer lent: a write in between took that buffer's place. */
+	if (n > w->room)
+		return -EINVAL;
+	int rc = perch__conn_stage_commit(w->c, n);
+	if (rc == 0)
+		w->room -= n;
+	return rc;
+}
+
+static __attribute__((noinline)) int mem_write(struct perch_pipe_writer *w, const void *data,
+					      size_t len)
+{
+	int refused = perch__mem_write_refusal(w->mem);
+	return refused ? refused : perch_conn_write(w->c, data, len);
 }
 
 int perch_pipe_write(struct perch_pipe_writer *w, const void *data, size_t len)
 {
 	if (!writer_usable(w))
 		return -EINVAL;
-	int refused = w->mem ? perch__mem_write_refusal(w->mem) : 0;
-	if (refused)
-		return refused;
+	w->room = 0;
+	if (w->mem)
+		return mem_write(w, data, len);
 	/* The conn's copying write stages exactly as get_buffer + advance would. */
 	return perch_conn_write(w->c, data, len);
+}
+
+/* Takes a pending cancel, if one was made (a load first: cancels are rare, an exchange is not free). */
+static bool take_cancel(uint32_t *cancel)
+{
+	return perch__load_u32(cancel) && perch__xchg_u32(cancel, 0);
+}
+
+static int conn_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *task)
+{
+	if (take_cancel(&w->cancel))
+		return -ECANCELED;
+	uint64_t token;
+	/* Counted before the park: its signal may come on another thread before the park returns. */
+	perch__faa_u32(&w->life, WRITER_ARMED);
+	int rc = perch__conn_park_flush(w->c, &w->listener, &token);
+	if (rc != PERCH_PENDING) {
+		writer_disarmed(w);     /* not parked, or taken back (closed while arming) */
+		return rc;
+	}
+	task->task = &w->vt;
+	task->token = (uint32_t)token;
+	/* A cancel that came before the token was stored marked the next flush: this one. */
+	if (take_cancel(&w->cancel))
+		perch_vtask_complete(&w->vt, (uint32_t)token, -ECANCELED);
+	return PERCH_PENDING;
 }
 
 int perch_pipe_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *task)
 {
 	if (!writer_usable(w) || !task)
 		return -EINVAL;
-	if (w->mem)
-		return perch__mem_flush(w, task);
-	if (perch__xchg_u32(&w->cancel, 0))
-		return -ECANCELED;
-	uint64_t token;
-	int rc = perch__conn_park_flush(w->c, &w->listener, &token);
-	if (rc == PERCH_PENDING) {
-		task->task = &w->vt;
-		task->token = (uint32_t)token;
-	}
-	return rc;
+	return w->mem ? perch__mem_flush(w, task) : conn_flush(w, task);
 }
 
 int perch_pipe_cancel_pending_flush(struct perch_pipe_writer *w)
@@ -107,14 +160,13 @@ int perch_pipe_cancel_pending_flush(struct perch_pipe_writer *w)
 	if (!w)
 		return -EINVAL;
 	if (w->mem) {
-		if (perch__mem_wake_flush(w->mem, -ECANCELED))
-			return 0;
-	} else {
-		uint32_t token = perch__load_u32(&w->token);
-		/* A version still pending is the waiting flush's; a completed one means none waits. */
-		if (token && perch_vtask_complete(&w->vt, token, -ECANCELED) == 0)
-			return 0;
+		perch__mem_cancel_flush(w);
+		return 0;
 	}
+	uint32_t token = perch__load_u32(&w->token);
+	/* A version still pending is the waiting flush's; a completed one means none waits. */
+	if (token && perch_vtask_complete(&w->vt, token, -ECANCELED) == 0)
+		return 0;
 	perch__store_u32(&w->cancel, 1);
 	return 0;
 }
@@ -139,7 +191,14 @@ void perch_pipe_writer_free(struct perch_pipe_writer *w)
 {
 	if (!w)
 		return;
+	/*
+	 * FREEING first: complete() may run a waiting flush's continuation
+	 * here, and a free from there is then ignored. FREED last: still armed
+	 * (a canceled flush the kernel holds), its signal frees the writer.
+	 */
+	if (perch__for_u32(&w->life, WRITER_FREEING) & WRITER_FREEING)
+		return;
 	perch_pipe_writer_complete(w);
-	perch__conn_unref(w->c);
-	free(w);
+	if ((perch__for_u32(&w->life, WRITER_FREED) & ~WRITER_FREEING) < WRITER_ARMED)
+		writer_destroy(w);
 }

@@ -105,6 +105,72 @@ static void resume_threshold_is_honoured_across_segments(void **state)
 	assert_int_equal(perch_pipe_advance_to(R(state), 3, 3), 0);
 }
 
+static void consuming_part_of_a_segment_makes_room_byte_by_byte(void **state)
+{
+	struct perch_read_result res;
+	struct perch_vtask_handle h, rh;
+	/* One buffer, one segment of 10: keeping 4 of it unread is at resume, so the flush completes. */
+	assert_int_equal(perch_pipe_write(W(state), "0123456789", 10), 0);
+	assert_int_equal(perch_pipe_flush(W(state), &h), PERCH_PENDING);
+	assert_int_equal(perch_pipe_read(R(state), &res, &rh), 0);
+	assert_int_equal(perch_pipe_advance_to(R(state), 5, 10), 0);    /* 5 unread > 4 */
+	assert_int_equal(perch_vtask_status(h), PERCH_PENDING);
+	assert_int_equal(perch_pipe_write(W(state), "x", 1), -EBUSY);
+	perch_pipe_cancel_pending_read(R(state));
+	assert_int_equal(perch_pipe_read(R(state), &res, &rh), 0);
+	assert_int_equal(perch_pipe_advance_to(R(state), 1, 5), 0);     /* 4 unread: room */
+	assert_int_equal(perch_vtask_status(h), 0);
+	assert_int_equal(perch_pipe_write(W(state), "x", 1), 0);
+}
+
+/* A continuation that frees the end it was waiting on, as a session's end() does. */
+static struct perch_pipe_writer *free_me_writer;
+static struct perch_pipe_reader *free_me_reader;
+static int frees_from_continuation;
+
+static void free_writer_again(void *arg, int64_t result)
+{
+	frees_from_continuation++;
+	perch_pipe_writer_free(free_me_writer);
+}
+
+static void free_reader_again(void *arg, int64_t result)
+{
+	frees_from_continuation++;
+	perch_pipe_reader_free(free_me_reader);
+}
+
+static void freeing_an_end_runs_its_waiting_continuation_once_and_a_free_from_there_is_ignored(void **state)
+{
+	struct ends *e = *state;
+	struct perch_vtask_handle h, rh;
+	struct perch_read_result res;
+	assert_int_equal(perch_pipe_write(e->w, "0123456789", 10), 0);
+	assert_int_equal(perch_pipe_flush(e->w, &h), PERCH_PENDING);
+	free_me_writer = e->w;
+	frees_from_continuation = 0;
+	assert_int_equal(perch_vtask_on_complete(h, free_writer_again, NULL), PERCH_PENDING);
+	perch_pipe_writer_free(e->w);
+	e->w = NULL;
+	assert_int_equal(frees_from_continuation, 1);
+	/* The bytes flushed before stay readable; then the end of the stream. */
+	assert_int_equal(perch_pipe_read(e->r, &res, &rh), 0);
+	assert_int_equal(res.len, 10);
+	assert_true(res.completed);
+	assert_int_equal(perch_pipe_advance_to(e->r, 10, 10), 0);
+	/* The reader likewise, with a read parked on an empty, unfinished pipe. */
+	struct perch_pipe_reader *r2;
+	struct perch_pipe_writer *w2;
+	assert_int_equal(perch_pipe_new(NULL, &r2, &w2), 0);
+	assert_int_equal(perch_pipe_read(r2, &res, &rh), PERCH_PENDING);
+	free_me_reader = r2;
+	assert_int_equal(perch_vtask_on_complete(rh, free_reader_again, NULL), PERCH_PENDING);
+	perch_pipe_reader_free(r2);
+	assert_int_equal(frees_from_continuation, 2);
+	assert_int_equal(perch_pipe_write(w2, "x", 1), -EPIPE);
+	perch_pipe_writer_free(w2);
+}
+
 static void parked_read_is_completed_by_the_writers_flush(void **state)
 {
 	struct perch_read_result res;
@@ -224,6 +290,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(flush_below_pause_is_done_and_the_reader_sees_the_writers_buffer, setup, teardown),
 		cmocka_unit_test_setup_teardown(flush_at_pause_waits_until_the_reader_consumes_down_to_resume, setup, teardown),
 		cmocka_unit_test_setup_teardown(resume_threshold_is_honoured_across_segments, setup, teardown),
+		cmocka_unit_test_setup_teardown(consuming_part_of_a_segment_makes_room_byte_by_byte, setup, teardown),
+		cmocka_unit_test_setup_teardown(freeing_an_end_runs_its_waiting_continuation_once_and_a_free_from_there_is_ignored, setup, teardown),
 		cmocka_unit_test_setup_teardown(parked_read_is_completed_by_the_writers_flush, setup, teardown),
 		cmocka_unit_test_setup_teardown(writer_complete_delivers_its_bytes_then_completed, setup, teardown),
 		cmocka_unit_test_setup_teardown(reader_complete_fails_the_waiting_flush_and_later_writes_with_epipe, setup, teardown),

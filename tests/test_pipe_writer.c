@@ -169,6 +169,39 @@ static void cancel_completes_the_parked_flush_or_marks_the_next_and_loses_nothin
 	assert_int_equal(perch_pipe_cancel_pending_flush(NULL), -EINVAL);
 }
 
+static void a_writer_freed_after_a_cancel_outlives_the_kernels_flush(void **state)
+{
+	struct pipe_fixture *f = *state;
+	struct perch_vtask_handle h;
+	int64_t result = 0;
+	assert_int_equal(perch_pipe_write(f->w, "held", 4), 0);
+	assert_int_equal(perch_pipe_flush(f->w, &h), PERCH_PENDING);
+	assert_int_equal(perch_pipe_cancel_pending_flush(f->w), 0);
+	assert_int_equal(perch_vtask_result(h, &result), 0);
+	assert_int_equal(result, -ECANCELED);
+	/* The caller's task is complete, so it frees the writer; the kernel still holds the send. */
+	perch_pipe_writer_free(f->w);
+	f->w = NULL;
+	/* Its completion signals the armed writer, which goes only now (ASan would see otherwise). */
+	fake_send_done(conn_of(state), 0);
+	assert_null(transport_of(state)->sent);
+}
+
+static void advance_commits_only_what_the_last_buffer_lent(void **state)
+{
+	struct perch_pipe_writer *w = writer_of(state);
+	uint8_t *buf;
+	size_t len;
+	assert_int_equal(perch_pipe_advance(w, 1), -EINVAL);            /* no buffer yet */
+	assert_int_equal(perch_pipe_get_buffer(w, 8, &buf, &len), 0);
+	memcpy(buf, "abc", 3);
+	assert_int_equal(perch_pipe_advance(w, 3), 0);
+	assert_int_equal(perch_pipe_advance(w, len - 3 + 1), -EINVAL);  /* past what it lent */
+	assert_int_equal(perch_pipe_write(w, "def", 3), 0);
+	assert_int_equal(perch_pipe_advance(w, 1), -EINVAL);            /* the write took its place */
+	assert_int_equal(conn_of(state)->staged_len, 6);
+}
+
 static void write_after_complete_returns_einval(void **state)
 {
 	struct perch_pipe_writer *w = writer_of(state);
@@ -219,6 +252,8 @@ int main(void)
 		PIPE_TEST(close_fails_the_parked_flush_and_later_writes),
 		PIPE_TEST(send_error_fails_the_parked_flush),
 		PIPE_TEST(cancel_completes_the_parked_flush_or_marks_the_next_and_loses_nothing),
+		PIPE_TEST(a_writer_freed_after_a_cancel_outlives_the_kernels_flush),
+		PIPE_TEST(advance_commits_only_what_the_last_buffer_lent),
 		PIPE_TEST(write_after_complete_returns_einval),
 		PIPE_TEST(bad_arguments_return_einval),
 	};

@@ -25,7 +25,10 @@ extern "C" {
  * and the reader and writer from different threads. A waiting read or
  * flush hands back a value-task handle: register a continuation
  * (perch_vtask_on_complete) or block (perch_vtask_wait, never on a loop
- * thread). No call runs the caller's continuation inline.
+ * thread). A read or flush never runs its caller's continuation inline;
+ * the calls that take a waiting operation back (cancel, complete, free,
+ * perch_conn_close) complete its task on the calling thread, so its
+ * continuation runs inside them.
  */
 struct perch_pipe_reader;
 struct perch_pipe_writer;
@@ -35,6 +38,12 @@ struct perch_pipe_opts {
 	size_t pause_bytes;        /* unread bytes at which a flush waits; 0: 64 KiB */
 	size_t resume_bytes;       /* a waiting flush completes at or below this; 0: pause_bytes / 2; < pause_bytes */
 };
+/*
+ * Unread counts to the byte: consuming part of a buffer makes room. A
+ * reader that keeps more than resume_bytes unconsumed while it waits for
+ * more (a message larger than that) keeps the writer waiting for good:
+ * pause_bytes must exceed the largest message a layer holds back.
+ */
 
 /* ---- Creating and freeing ---- */
 
@@ -63,17 +72,19 @@ PERCH_API int perch_pipe_new(const struct perch_pipe_opts *opts, struct perch_pi
 
 /*
  * Completes the reader (if not yet) and frees it, dropping its reference on
- * the connection. No read may be waiting on another thread's continuation
- * that could still touch it: free after the read's task completed (from
- * inside its continuation is fine). NULL is ignored.
+ * the connection. A read still parked is taken back: its task completes
+ * with -ECANCELED and its continuation runs inside this call, where a free
+ * of the same reader is ignored. From inside a continuation of its own is
+ * fine too. NULL is ignored.
  */
 PERCH_API void perch_pipe_reader_free(struct perch_pipe_reader *r);
 
 /*
  * Completes the writer (if not yet) and frees it. A flush the kernel still
- * holds signals the writer when it completes: free after its task
- * completed, or after perch_conn_close (which completes it at once).
- * NULL is ignored.
+ * holds (after a cancel completed its task) keeps the writer's memory until
+ * it completes. A flush waiting in memory completes with -EPIPE inside this
+ * call (its bytes already reached the reader), where a free of the same
+ * writer is ignored. NULL is ignored.
  */
 PERCH_API void perch_pipe_writer_free(struct perch_pipe_writer *w);
 
@@ -88,9 +99,12 @@ PERCH_API void perch_pipe_writer_free(struct perch_pipe_writer *w);
  * PERCH_PENDING with *task set when nothing new is there: the task
  * completes with 0 when a result is ready, and the next perch_pipe_read
  * (or perch_pipe_try_read) returns it at once; with -ECANCELED when the
- * reader was completed meanwhile. Returns -EBUSY while a read is waiting
- * (it is untouched), -EINVAL for NULLs or a completed reader.
- * Call perch_pipe_advance_to once after each result.
+ * reader was completed meanwhile. Returns -EBUSY while a read is parked
+ * (it is untouched), -EINVAL for NULLs or a completed reader. Do not read
+ * again before the task completed: in the instant its delivery is under
+ * way a second read is not refused and may take the first one's place.
+ * Call perch_pipe_advance_to once after each result (reading again
+ * without it returns the same bytes).
  */
 PERCH_API int perch_pipe_read(struct perch_pipe_reader *r, struct perch_read_result *out,
 			      struct perch_vtask_handle *task);
@@ -134,7 +148,12 @@ PERCH_API int perch_pipe_reader_complete(struct perch_pipe_reader *r);
 PERCH_API int perch_pipe_get_buffer(struct perch_pipe_writer *w, size_t size_hint, uint8_t **buf,
 				    size_t *len);
 
-/* Commits `n` bytes written into the last buffer. Returns 0, -EINVAL (more than it gave, completed), -EBUSY. */
+/*
+ * Commits `n` bytes written into the buffer the last get_buffer lent
+ * (several advances add up, to at most what it lent; a write in between
+ * ends the loan). Returns 0, -EINVAL (more than lent, no buffer lent,
+ * completed), -EBUSY while a flush is in progress.
+ */
 PERCH_API int perch_pipe_advance(struct perch_pipe_writer *w, size_t n);
 
 /* Copies `len` bytes in (get_buffer + advance). Returns as perch_pipe_get_buffer. */
@@ -160,10 +179,12 @@ PERCH_API int perch_pipe_flush(struct perch_pipe_writer *w, struct perch_vtask_h
 PERCH_API int perch_pipe_cancel_pending_flush(struct perch_pipe_writer *w);
 
 /*
- * The writer is done. Bytes committed and not flushed are dropped; on an
- * in-memory pipe the reader sees `completed` after every flushed byte.
- * A connection stays open (perch_conn_close ends it). Later writes and
- * flushes return -EINVAL. Idempotent. Returns 0 or -EINVAL.
+ * The writer is done. Over a connection, bytes committed and not flushed
+ * are dropped and the connection stays open (perch_conn_close ends it); in
+ * memory, they are handed to the reader, which then sees `completed`, and
+ * a flush still waiting completes with -EPIPE. Later writes and flushes
+ * return -EINVAL. A writer call: not at the same time as its others.
+ * Idempotent. Returns 0 or -EINVAL.
  */
 PERCH_API int perch_pipe_writer_complete(struct perch_pipe_writer *w);
 

@@ -1,0 +1,32 @@
+/* lib/vtask_internal.h: the value task's state word, for the adapters' one-load "still waiting?" check. */
+#ifndef PERCH_LIB_VTASK_INTERNAL_H
+#define PERCH_LIB_VTASK_INTERNAL_H
+
+#include <perch/vtask.h>
+
+#include "atomic.h"
+
+/* result:32 | version:29 | waiter:1 | phase:2 (lib/vtask.c says why). */
+#define PERCH__VT_PH_PENDING     0u
+#define PERCH__VT_PH_REGISTERED  1u
+#define PERCH__VT_PH_COMPLETED   2u
+#define PERCH__VT_PH_REGISTERING 3u
+#define PERCH__VT_PH_MASK        3u
+#define PERCH__VT_WAITER         4u
+#define PERCH__VT_VER_SHIFT      3
+#define PERCH__VT_VER_MASK       0x1fffffffu
+
+/*
+ * True while version `token` of the task is current and not complete:
+ * perch_vtask_status() == PERCH_PENDING, in one load, inline (the pipe
+ * reader asks it on every read).
+ */
+static inline bool perch__vtask_pending(const struct perch_vtask *vt, uint32_t token)
+{
+	uint32_t low = (uint32_t)perch__load_u64(&vt->state);
+	/* Usually complete: the phase alone answers. */
+	return (low & PERCH__VT_PH_MASK) != PERCH__VT_PH_COMPLETED &&
+	       ((low >> PERCH__VT_VER_SHIFT) & PERCH__VT_VER_MASK) == token;
+}
+
+#endif /* PERCH_LIB_VTASK_INTERNAL_H */
