@@ -198,6 +198,10 @@ int perch__mem_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *tas
 	struct perch__txbuf *chain = perch__conn_take_staged(w->c, &len);
 	if (chain && publish(w, chain) != 0)
 		return -ENOMEM;
+	/* Published, then looked: a reader that completed meanwhile discards what it did not see. */
+	perch__fence_rmw_then_load();
+	if (perch__load_u32(&mp->reader_done))
+		return -EPIPE;
 	if (perch__load_u64(&mp->unread) < mp->pause)
 		return 0;
 	return wait_for_room(mp, task);

@@ -23,7 +23,8 @@ struct perch_pipe_reader {
 	struct perch_conn *c;
 	struct perch__mem_pipe *mem;      /* the in-memory pipe this reads, or NULL */
 	struct perch_vtask vt;
-	uint32_t token;                   /* the version the last park readied (reading thread) */
+	uint32_t token;                   /* the version the last on_parking readied (reading thread) */
+	uint32_t parked_token;            /* the version of the last read that parked (reading thread) */
 	uint64_t repark_cookie;           /* the version a re-park keeps (delivering thread) */
 	uint32_t state;                   /* READER_COMPLETED | READER_FREEING */
 };

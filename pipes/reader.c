@@ -38,10 +38,14 @@ static void discard_all(struct perch_pipe_reader *r)
 	}
 }
 
-/* Whether the version the last park readied has not completed yet (reading thread). */
+/*
+ * Whether the last read that parked has not completed yet (reading thread).
+ * Not r->token: on_parking may ready a version for a read then served at
+ * once, which nothing ever completes.
+ */
 static bool reader_waiting(struct perch_pipe_reader *r)
 {
-	return r->token && perch__vtask_pending(&r->vt, r->token);
+	return r->parked_token && perch__vtask_pending(&r->vt, r->parked_token);
 }
 
 /* The rare ways of a delivery: the reader completed, or the wake brought nothing new. */
@@ -58,8 +62,12 @@ static __attribute__((noinline)) void reader_ready_slow(struct perch_pipe_reader
 	int rc = perch__conn_park_read(c, &r->repark, NULL, &cookie);
 	if (rc == PERCH_PENDING)
 		return;
-	if (rc == -EBUSY && (perch__load_u32(&r->state) & READER_COMPLETED)) {
-		/* complete() claimed the slot to discard: the caller gets what complete promises. */
+	if (rc != PERCH_PENDING && (perch__load_u32(&r->state) & READER_COMPLETED)) {
+		/*
+		 * complete() came meanwhile: its cancel made the read ready, or it
+		 * holds the slot to discard (-EBUSY). The caller gets what
+		 * complete promises.
+		 */
 		discard_all(r);
 		rc = -ECANCELED;
 	}
@@ -76,7 +84,12 @@ static __attribute__((noinline)) void reader_ready_slow(struct perch_pipe_reader
 static void reader_ready(struct perch_recv_listener *l, struct perch_conn *c, uint64_t cookie)
 {
 	struct perch_pipe_reader *r = READER_OF(l, listener);
-	if (__builtin_expect(perch__load_u32(&r->state) == 0 && perch__conn_read_ready(c), 1)) {
+	/*
+	 * State after readiness: complete() marks the reader before its cancel
+	 * makes a read ready, so a ready read that is complete's own goes the
+	 * slow way and gets -ECANCELED.
+	 */
+	if (__builtin_expect(perch__conn_read_ready(c) && perch__load_u32(&r->state) == 0, 1)) {
 		perch_vtask_complete(&r->vt, (uint32_t)cookie, 0);
 		return;
 	}
@@ -127,6 +140,7 @@ int perch_pipe_read(struct perch_pipe_reader *r, struct perch_read_result *out,
 	uint64_t token;
 	int rc = perch__conn_park_read(r->c, &r->listener, out, &token);
 	if (rc == PERCH_PENDING) {
+		r->parked_token = (uint32_t)token;
 		task->task = &r->vt;
 		task->token = (uint32_t)token;
 	}

@@ -270,7 +270,8 @@ static void print_outcome(const struct race_def *def, const struct race_outcome 
 	       def->name, o->rounds, o->overlaps, floor, o->failures, o->seconds,
 	       o->passed ? "PASS" : "FAIL");
 	for (int i = 0; i < RACE_MAX_BRANCHES && def->branch_names[i]; i++)
-		printf("    %-40s %10" PRIu64 "\n", def->branch_names[i], o->branches[i]);
+		printf("    %-40s %10" PRIu64 "%s\n", def->branch_names[i], o->branches[i],
+		       def->window_branch == i + 1 ? "   (the named window: the floor applies)" : "");
 	fflush(stdout);
 }
 
@@ -290,6 +291,13 @@ static void run_batch(struct race *r, struct actor_arg *args, uint64_t n)
 	for (int i = 1; i < r->def->actors; i++)
 		pthread_join(th[i], NULL);
 	r->rounds_run = r->end_round;
+}
+
+/* Whether the race's named window (a branch), if it has one, reached the floor. */
+static bool window_ran(const struct race *r, uint64_t floor)
+{
+	int b = r->def->window_branch;
+	return b == 0 || r->branches[b - 1] >= floor;
 }
 
 struct race_outcome race_run(const struct race_def *def)
@@ -313,7 +321,7 @@ struct race_outcome race_run(const struct race_def *def)
 	 * than judge the race unrun, give it more rounds, bounded in count and
 	 * time; the floor itself does not move.
 	 */
-	while (r.overlaps < floor && r.failures == 0 && !r.stop &&
+	while ((r.overlaps < floor || !window_ran(&r, floor)) && r.failures == 0 && !r.stop &&
 	       r.rounds_run < r.rounds * EXTEND_MAX_FACTOR && now_seconds() - t0 < EXTEND_MAX_SECONDS)
 		run_batch(&r, args, r.rounds / 4 + 1);
 	def->destroy(r.state);
@@ -324,10 +332,14 @@ struct race_outcome race_run(const struct race_def *def)
 	struct race_outcome o = { .rounds = r.rounds_run, .overlaps = r.overlaps, .failures = r.failures };
 	memcpy(o.branches, r.branches, sizeof(o.branches));
 	o.seconds = now_seconds() - t0;
-	o.passed = r.failures == 0 && r.overlaps >= floor;
+	o.passed = r.failures == 0 && r.overlaps >= floor && window_ran(&r, floor);
 	if (r.overlaps < floor && r.failures == 0)
 		fprintf(stderr, "  %s: only %" PRIu64 " overlapping rounds, the race did not run enough (floor %" PRIu64 ")\n",
 			def->name, r.overlaps, floor);
+	if (!window_ran(&r, floor) && r.failures == 0)
+		fprintf(stderr, "  %s: its window (%s) ran only %" PRIu64 " times (floor %" PRIu64 ")\n",
+			def->name, def->branch_names[def->window_branch - 1],
+			r.branches[def->window_branch - 1], floor);
 	print_outcome(def, &o, floor);
 	return o;
 }

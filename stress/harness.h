@@ -28,6 +28,12 @@ struct race_def {
 	bool (*judge)(struct race *r, void *state, uint64_t round);
 	const char *branch_names[RACE_MAX_BRANCHES];  /* counted by race_branch */
 	uint64_t min_overlaps;                        /* default 1000 */
+	/*
+	 * 0, or 1 + the index of the branch that is the race's named window
+	 * (say, "close landed while on_parking ran"): it must reach the same
+	 * floor as the overlaps, so the race proves that window ran.
+	 */
+	int window_branch;
 };
 
 struct race_outcome {

@@ -207,6 +207,7 @@ const struct race_def race_pipe_read_vs_close = {
 	.branch_names = { "served at once: closed before the claim",
 			  "served: close marked the claim during on_parking",
 			  "parked, close delivered" },
+	.window_branch = 2,
 };
 
 const struct race_def race_pipe_flush_vs_close = {
@@ -215,6 +216,7 @@ const struct race_def race_pipe_flush_vs_close = {
 	.actor = { pipe_flush, conn_closes }, .judge = judge_flush_vs_close,
 	.branch_names = { "refused at once: closed before", "refused: close landed while arming",
 			  "parked, close signalled -EPIPE" },
+	.window_branch = 2,
 };
 
 /* ---- the in-memory pipe: a flush waiting for room against the reader's consume ---- */
@@ -269,4 +271,178 @@ const struct race_def race_mem_flush_vs_consume = {
 	.actors = 2, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_mem_full,
 	.actor = { pipe_flush, reader_consumes }, .judge = judge_mem_flush_vs_consume,
 	.branch_names = { "room already made: done at once", "waited, the consume completed it" },
+};
+
+/* ---- the reader's re-park, and its complete(), against deliveries ---- */
+
+/* A read parked before the round: the caller holds s->h. */
+static void setup_parked_read(void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	setup_conn_adapters(p, round);
+	if (perch_pipe_read(s->r, &s->res, &s->h) != PERCH_PENDING)
+		abort();
+}
+
+/* A completion with nothing new: what a second completion targeting one park does. */
+static void stale_wake(void *p, uint64_t round)
+{
+	perch__conn_wake_reader(((struct pipe_state *)p)->c);
+}
+
+static void bytes_arrive(void *p, uint64_t round)
+{
+	fake_recv(((struct pipe_state *)p)->c, "x");
+}
+
+static void reader_completes(void *p, uint64_t round)
+{
+	perch_pipe_reader_complete(((struct pipe_state *)p)->r);
+}
+
+static bool judge_stale_wake_vs_bytes(struct race *r, void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	struct perch_read_result res;
+	struct perch_vtask_handle h;
+	/* The caller's version must be the one completed: a re-park that readied anew strands it. */
+	bool ok = task_done_with(r, s, round, 0);
+	if (ok && (perch_pipe_read(s->r, &res, &h) != 0 || res.len != 1)) {
+		race_fail(r, round, "woken, but the read after it has no byte");
+		ok = false;
+	}
+	if (ok) {
+		perch_pipe_advance_to(s->r, 1, 1);
+		race_branch(r, s->r->c->read_waiter == PERCH__SLOT_EMPTY ? 0 : 1);
+		/* Which side took the park: the stale wake (it re-parked or served) or the bytes. */
+		race_branch(r, s->delivered_by == 0 ? 2 : 3);
+	}
+	end_round(s);
+	return ok;
+}
+
+const struct race_def race_pipe_stale_wake_vs_bytes = {
+	.name = "pipes: a wake with nothing new races bytes; the re-park keeps the caller",
+	.actors = 2, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_parked_read,
+	.actor = { stale_wake, bytes_arrive }, .judge = judge_stale_wake_vs_bytes,
+	.branch_names = { "the slot empty after", "the slot still held after (not expected)",
+			  "the stale wake took the park", "the bytes took the park" },
+	.window_branch = 3,
+};
+
+static bool judge_complete_vs_stale_wake(struct race *r, void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	/* complete() promises its waiting read -ECANCELED, whoever delivered it. */
+	bool ok = task_done_with(r, s, round, -ECANCELED);
+	if (ok && s->t.segs_out != 0) {
+		race_fail(r, round, "%u segments still held after complete", s->t.segs_out);
+		ok = false;
+	}
+	race_branch(r, s->delivered_by == 1 ? 0 : 1);
+	end_round(s);
+	return ok;
+}
+
+static void setup_parked_read_with_kept_bytes(void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	struct perch_vtask_handle h;
+	setup_conn_adapters(p, round);
+	/* Bytes examined and kept: complete() must release them. */
+	fake_recv(s->c, "kept");
+	if (perch_pipe_read(s->r, &s->res, &h) != 0 || perch_pipe_advance_to(s->r, 0, 4) != 0 ||
+	    perch_pipe_read(s->r, &s->res, &s->h) != PERCH_PENDING)
+		abort();
+}
+
+const struct race_def race_pipe_complete_vs_stale_wake = {
+	.name = "pipes: complete races a wake with nothing new (its re-park)",
+	.actors = 2, .create = pipe_create, .destroy = pipe_destroy,
+	.setup = setup_parked_read_with_kept_bytes,
+	.actor = { reader_completes, stale_wake }, .judge = judge_complete_vs_stale_wake,
+	.branch_names = { "the stale wake delivered", "complete's cancel delivered" },
+	.window_branch = 1,
+};
+
+/* ---- cancel against the flush's completion ---- */
+
+static void setup_parked_flush(void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	setup_staged(p, round);
+	if (perch_pipe_flush(s->w, &s->h) != PERCH_PENDING)
+		abort();
+}
+
+static void flush_canceled(void *p, uint64_t round)
+{
+	perch_pipe_cancel_pending_flush(((struct pipe_state *)p)->w);
+}
+
+static void kernel_took_it(void *p, uint64_t round)
+{
+	fake_send_done(((struct pipe_state *)p)->c, 0);
+}
+
+/*
+ * Exactly one outcome: the cancel won (-ECANCELED, no mark left) or the
+ * send did (0, and the cancel marked the next flush instead).
+ */
+static bool judge_cancel_vs_send_done(struct race *r, void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	int64_t result = 1;
+	bool ok = perch_vtask_result(s->h, &result) == 0 && (result == 0 || result == -ECANCELED);
+	bool marked = perch__load_u32(&s->w->cancel) != 0;
+	if (!ok)
+		race_fail(r, round, "the flush's task: %lld", (long long)result);
+	else if (marked != (result == 0))
+		race_fail(r, round, "result %lld with the next flush %s", (long long)result,
+			  marked ? "canceled too" : "not canceled: the cancel was lost");
+	ok = ok && marked == (result == 0);
+	race_branch(r, result == 0 ? 0 : 1);
+	end_round(s);
+	return ok;
+}
+
+const struct race_def race_pipe_cancel_vs_send_done = {
+	.name = "pipes: a flush cancel races the kernel's completion",
+	.actors = 2, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_parked_flush,
+	.actor = { flush_canceled, kernel_took_it }, .judge = judge_cancel_vs_send_done,
+	.branch_names = { "the send won: the next flush is canceled", "the cancel won" },
+	.window_branch = 2,
+};
+
+/* ---- the in-memory flush against the reader's complete ---- */
+
+static void reader_completes_mem(void *p, uint64_t round)
+{
+	perch_pipe_reader_complete(((struct pipe_state *)p)->r);
+}
+
+static bool judge_mem_flush_vs_reader_complete(struct race *r, void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	bool ok = true;
+	if (s->rc == -EPIPE) {
+		race_branch(r, 0);
+	} else if (s->rc == PERCH_PENDING) {
+		race_branch(r, 1);
+		ok = task_done_with(r, s, round, -EPIPE);
+	} else {
+		race_fail(r, round, "flush returned %d", s->rc);
+		ok = false;
+	}
+	perch_pipe_reader_free(s->r);
+	perch_pipe_writer_free(s->w);
+	return ok;
+}
+
+const struct race_def race_mem_flush_vs_reader_complete = {
+	.name = "pipes: an in-memory flush waiting for room races the reader's complete",
+	.actors = 2, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_mem_full,
+	.actor = { pipe_flush, reader_completes_mem }, .judge = judge_mem_flush_vs_reader_complete,
+	.branch_names = { "refused at once (-EPIPE)", "waited, the complete failed it" },
+	.window_branch = 2,
 };

@@ -8,7 +8,9 @@ extern const struct race_def race_read_vs_bytes, race_read_vs_fin, race_read_vs_
 	race_flush_vs_close, race_close_vs_send_done, race_vtask_register_vs_complete,
 	race_vtask_stale_completion, race_vtask_two_registrations, race_loop_read_vs_close, race_loop_flush_vs_close,
 	race_pipe_read_vs_close, race_pipe_flush_vs_close, race_mem_flush_vs_consume,
-	race_loop_pipe_read_vs_close, race_loop_pipe_flush_vs_close;
+	race_loop_pipe_read_vs_close, race_loop_pipe_flush_vs_close,
+	race_pipe_stale_wake_vs_bytes, race_pipe_complete_vs_stale_wake, race_pipe_cancel_vs_send_done,
+	race_mem_flush_vs_reader_complete;
 
 int main(int argc, char **argv)
 {
@@ -30,6 +32,10 @@ int main(int argc, char **argv)
 		&race_pipe_read_vs_close,
 		&race_pipe_flush_vs_close,
 		&race_mem_flush_vs_consume,
+		&race_pipe_stale_wake_vs_bytes,
+		&race_pipe_complete_vs_stale_wake,
+		&race_pipe_cancel_vs_send_done,
+		&race_mem_flush_vs_reader_complete,
 		&race_loop_pipe_read_vs_close,
 		&race_loop_pipe_flush_vs_close,
 	};
