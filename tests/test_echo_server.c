@@ -104,6 +104,26 @@ static void stop_closes_clients_still_connected(void **state)
 	close(fd);
 }
 
+/* A client that sends without reading: the server's flush waits on it when the stop comes. */
+static void stop_with_a_flush_waiting_on_a_client_that_does_not_read(void **state)
+{
+	struct su_server *f = *state;
+	int fd = su_connect_rcvbuf(f->port, 4096);
+	assert_true(fd >= 0);
+	size_t chunk = 64u << 10, sent = 0;
+	uint8_t *out = calloc(1, chunk);
+	struct timeval tv = { .tv_usec = 300 * 1000 };
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	/* Sends until both directions are full and the send times out (64 MiB at most). */
+	while (sent < (64u << 20) && su_send(fd, out, chunk))
+		sent += chunk;
+	assert_true(sent < (64u << 20));
+	echo_stop(f->srv);
+	f->srv = NULL;
+	close(fd);
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -114,6 +134,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(fin_after_bytes_gets_the_bytes_then_a_close, setup, teardown),
 		cmocka_unit_test_setup_teardown(stop_closes_clients_still_connected, setup, teardown),
+		cmocka_unit_test_setup_teardown(stop_with_a_flush_waiting_on_a_client_that_does_not_read, setup,
+						teardown),
 	};
 	return cmocka_run_group_tests_name("echo server", tests, NULL, NULL);
 }

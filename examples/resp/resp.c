@@ -21,9 +21,18 @@ struct resp_conn {
 /* A bulk string above this is a protocol error, which bounds a connection's copy of a spanning command. */
 static const struct resp_limits limits = { .max_bulk = 4u << 20 };
 
+/* A reply buffer grown past this is freed after its read. */
+#define REPLY_BUF_KEEP (256u << 10)
+
 /* Per loop thread: the parsed command (~21 KB) and the replies of one read. */
 static __thread struct resp_cmd cmd;
 static __thread struct resp_buf out;
+
+static void resp_thread_fini(void)
+{
+	free(out.p);
+	out = (struct resp_buf){ 0 };
+}
 
 static ssize_t resp_frame(void *arg, const char *p, size_t len)
 {
@@ -51,18 +60,14 @@ static int resp_data(void *state, void *arg, const struct perch_read_result *r,
 	if (out.len && perch_pipe_write(w, out.p, out.len) != 0)
 		stop = true;
 	out.len = 0;
+	if (out.cap > REPLY_BUF_KEEP)
+		resp_thread_fini(); /* a large GET's reply: do not keep its memory for the small ones */
 	return stop;
 }
 
 static void resp_fini(void *state)
 {
 	frame_buf_free(&((struct resp_conn *)state)->acc);
-}
-
-static void resp_thread_fini(void)
-{
-	free(out.p);
-	out = (struct resp_buf){ 0 };
 }
 
 static const struct serve_proto resp_proto = {
