@@ -173,6 +173,21 @@ static void body_of_512_kib_arrives_whole(void **state)
 	close(fd);
 }
 
+/* "Expect: 100-continue": the interim answer comes once the head is in, the final one after the body. */
+static void expect_100_continue_is_answered_before_the_body(void **state)
+{
+	int fd = su_connect_to(state);
+	static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+	char got[sizeof(cont)] = "";
+	assert_true(su_send_str(fd, "POST /echo HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
+				    "Content-Length: 4\r\n\r\n"));
+	assert_true(su_recv_all(fd, got, sizeof(cont) - 1));
+	assert_string_equal(got, cont);
+	assert_true(su_send_str(fd, "body"));
+	expect_ok(fd, "application/octet-stream", "body", "");
+	close(fd);
+}
+
 static void body_above_the_limit_gets_413_then_close(void **state)
 {
 	int fd = su_connect_to(state);
@@ -268,6 +283,7 @@ int main(void)
 		T(oversized_headers_get_431_then_close),
 		T(unsupported_framing_and_version_get_501_and_505),
 		T(body_of_512_kib_arrives_whole),
+		T(expect_100_continue_is_answered_before_the_body),
 		T(body_above_the_limit_gets_413_then_close),
 		T(keep_alive_serves_many_requests_on_one_connection),
 		T(connection_close_is_answered_then_closed),

@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "frames.h"
@@ -11,10 +12,12 @@
 /* A connection: the copy of a request that spans segments. */
 struct httpd_conn {
 	struct frame_buf acc;
+	bool continued;            /* "100 Continue" sent for the request being read */
 };
 
 /* What answering one read needs. */
 struct httpd_batch {
+	struct httpd_conn *hc;
 	struct perch_pipe_writer *w;
 	const char *date;
 };
@@ -66,13 +69,31 @@ static ssize_t respond_error(struct httpd_batch *b, int status)
 	return -1;
 }
 
+/*
+ * A client that sent "Expect: 100-continue" waits for this before its body
+ * (curl does, for a second, above 1 KiB): send it once the head is in and
+ * accepted (head_len is set only then).
+ */
+static void maybe_continue(struct httpd_batch *b, const struct http_request *q)
+{
+	static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+	const struct http_header *h;
+	if (b->hc->continued || !q->head_len || q->minor == 0 || !(h = http_find_header(q, "Expect")) ||
+	    h->value.len != 12 || strncasecmp(h->value.p, "100-continue", 12) != 0)
+		return;
+	b->hc->continued = perch_pipe_write(b->w, cont, sizeof(cont) - 1) == 0;
+}
+
 /* One request: parsed, answered; a request without keep-alive is the last. */
 static ssize_t httpd_frame(void *arg, const char *p, size_t len)
 {
 	struct httpd_batch *b = arg;
 	int rc = http_parse_request(p, len, &limits, &req);
-	if (rc == HTTP_NEED_MORE)
+	if (rc == HTTP_NEED_MORE) {
+		maybe_continue(b, &req);
 		return 0;
+	}
+	b->hc->continued = false;
 	if (rc == HTTP_ERROR)
 		return respond_error(b, req.status);
 	if (is_echo(&req)) {
@@ -93,7 +114,7 @@ static int httpd_data(void *state, void *app, const struct perch_read_result *r,
 		      struct perch_pipe_writer *w, size_t *consumed)
 {
 	struct httpd_conn *hc = state;
-	struct httpd_batch b = { w, http_date_update(&date, time(NULL)) };
+	struct httpd_batch b = { hc, w, http_date_update(&date, time(NULL)) };
 	bool stop;
 	*consumed = frames_each(&hc->acc, r, httpd_frame, &b, &stop);
 	return stop;
