@@ -1,0 +1,174 @@
+/* examples/common/frames.c: contiguous messages out of zero-copy segments, copying only across segment boundaries. */
+#include "frames.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A buffer that grew for one large message is given back once it is done: idle connections stay small. */
+#define FRAME_BUF_KEEP (64u << 10)
+
+/* A position in a read result: segment, offset in it, and offset from the result's start. */
+struct cursor {
+	const struct perch_seg *seg;
+	size_t off, at, len;
+};
+
+/* Skips to the next segment when this one is used up (empty segments included). */
+static void cursor_settle(struct cursor *c)
+{
+	while (c->seg && c->off >= c->seg->len && c->at < c->len) {
+		c->seg = c->seg->next;
+		c->off = 0;
+	}
+}
+
+/* Moves forward to result offset `pos` (never back). */
+static void cursor_seek(struct cursor *c, size_t pos)
+{
+	while (c->at < pos) {
+		cursor_settle(c);
+		size_t step = c->seg->len - c->off;
+		if (step > pos - c->at)
+			step = pos - c->at;
+		c->off += step;
+		c->at += step;
+	}
+	cursor_settle(c);
+}
+
+/* The contiguous bytes at the cursor, up to the end of their segment or of the result. */
+static size_t cursor_run(const struct cursor *c, const char **p)
+{
+	if (c->at >= c->len)
+		return 0;
+	size_t n = c->seg->len - c->off;
+	if (n > c->len - c->at)
+		n = c->len - c->at;
+	*p = (const char *)c->seg->data + c->off;
+	return n;
+}
+
+static bool buf_append(struct frame_buf *b, const char *p, size_t n)
+{
+	if (b->cap - b->len < n) {
+		size_t cap = b->cap ? b->cap : 4096;
+		while (cap - b->len < n)
+			cap *= 2;
+		char *q = realloc(b->p, cap);
+		if (!q)
+			return false;
+		b->p = q;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, p, n);
+	b->len += n;
+	return true;
+}
+
+/* Copies the rest of the result, from the cursor, into acc. */
+static bool buf_append_rest(struct frame_buf *b, struct cursor c)
+{
+	const char *p;
+	size_t n;
+	while ((n = cursor_run(&c, &p)) != 0) {
+		if (!buf_append(b, p, n))
+			return false;
+		c.off += n;
+		c.at += n;
+		cursor_settle(&c);
+	}
+	return true;
+}
+
+static void buf_drop(struct frame_buf *b, size_t n)
+{
+	memmove(b->p, b->p + n, b->len - n);
+	b->len -= n;
+	if (b->len == 0 && b->cap > FRAME_BUF_KEEP)
+		frame_buf_free(b);
+}
+
+/*
+ * Parses what acc holds. acc's byte 0 is at result offset *base (negative
+ * when it holds bytes of earlier reads). Returns where direct parsing goes
+ * on in the result (acc emptied), or -1 while acc still needs more bytes
+ * (or stop was set).
+ */
+static ssize_t parse_acc(struct frame_buf *acc, ssize_t *base, frame_fn fn, void *arg, bool *stop)
+{
+	for (;;) {
+		ssize_t n = fn(arg, acc->p, acc->len);
+		if (n < 0)
+			*stop = true;
+		if (n <= 0)
+			return -1;
+		buf_drop(acc, (size_t)n);
+		*base += n;
+		/* The rest starts inside this result: parse it in place, not from the copy. */
+		if (*base >= 0) {
+			acc->len = 0;
+			if (acc->cap > FRAME_BUF_KEEP)
+				frame_buf_free(acc);
+			return *base;
+		}
+	}
+}
+
+/*
+ * Appends the rest of the result from the cursor (result offset `base` of
+ * acc's byte 0) and parses the copy. Returns as parse_acc; every byte of the
+ * result is then consumed or copied.
+ */
+static ssize_t copy_and_parse(struct frame_buf *acc, struct cursor c, ssize_t base, frame_fn fn,
+			      void *arg, bool *stop)
+{
+	if (!buf_append_rest(acc, c)) {
+		*stop = true;
+		return -1;
+	}
+	return parse_acc(acc, &base, fn, arg, stop);
+}
+
+size_t frames_each(struct frame_buf *acc, const struct perch_read_result *r, frame_fn fn, void *arg,
+		   bool *stop)
+{
+	struct cursor c = { r->first, r->first_off, 0, r->len };
+	size_t pos = 0;
+	*stop = false;
+	cursor_settle(&c);
+	if (acc->len) {
+		/* A message begun in an earlier read: everything new goes after it. */
+		ssize_t at = copy_and_parse(acc, c, -(ssize_t)acc->len, fn, arg, stop);
+		if (at < 0)
+			return r->len;
+		pos = (size_t)at;
+	}
+	while (pos < r->len && !*stop) {
+		const char *p = NULL;
+		cursor_seek(&c, pos);
+		size_t n = cursor_run(&c, &p);
+		ssize_t m = fn(arg, p, n);
+		if (m > 0) {
+			pos += (size_t)m;
+			continue;
+		}
+		if (m < 0) {
+			*stop = true;
+			break;
+		}
+		if (c.at + n == r->len)
+			break; /* the partial message ends the result: it waits in its segment */
+		/* It spans segments: copy it and the rest of the result, parse the copy. */
+		ssize_t at = copy_and_parse(acc, c, (ssize_t)pos, fn, arg, stop);
+		if (at < 0)
+			return r->len;
+		pos = (size_t)at;
+	}
+	return pos;
+}
+
+void frame_buf_free(struct frame_buf *acc)
+{
+	free(acc->p);
+	*acc = (struct frame_buf){ 0 };
+}

@@ -1,0 +1,410 @@
+/* examples/common/serve.c: one loop per thread on a shared port, and each connection driven as a pipe session by continuations. */
+#include "serve.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <stdalign.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct session;
+
+/* One loop, its thread and listener, and the sessions on it (touched on the loop thread only). */
+struct worker {
+	struct serve *srv;
+	struct perch_loop *loop;
+	struct perch_listener *ls;
+	pthread_t th;
+	bool running;
+	struct session *sessions;
+};
+
+struct serve {
+	const struct serve_proto *proto;
+	void *app;
+	int port;
+	int nworkers;
+	struct worker wk[];
+};
+
+/* A connection with its pipe reader and writer, followed by the protocol's state. */
+struct session {
+	struct session *prev, *next;
+	struct worker *wk;
+	struct perch_conn *c;
+	struct perch_pipe_reader *r;
+	struct perch_pipe_writer *w;
+	bool close_after_flush;
+	alignas(max_align_t) unsigned char state[];
+};
+
+/* ---- sessions ---- */
+
+/*
+ * Ends a session: the close first (nothing is parked when a session ends,
+ * so it delivers nothing here), then the pipes, then our reference.
+ */
+static void session_end(struct session *s)
+{
+	struct worker *wk = s->wk;
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		wk->sessions = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	if (wk->srv->proto->fini)
+		wk->srv->proto->fini(s->state);
+	perch_conn_close(s->c);
+	perch_pipe_reader_free(s->r);
+	perch_pipe_writer_free(s->w);
+	perch_conn_release(s->c);
+	free(s);
+}
+
+static void session_pump(struct session *s);
+
+static void session_read_ready(void *arg, int64_t result)
+{
+	if (result < 0)
+		session_end(arg); /* -ECANCELED: the reader was completed under us */
+	else
+		session_pump(arg);
+}
+
+static void session_flushed(void *arg, int64_t result)
+{
+	struct session *s = arg;
+	if (result < 0 || s->close_after_flush)
+		session_end(s);
+	else
+		session_pump(s);
+}
+
+/*
+ * Flushes what the protocol staged. Returns 1 when the flush waits (its
+ * continuation carries on), 0 when it is done, -1 when it failed.
+ */
+static int session_flush(struct session *s, bool close_after)
+{
+	struct perch_vtask_handle h;
+	int rc = perch_pipe_flush(s->w, &h);
+	if (rc != PERCH_PENDING)
+		return rc == 0 ? 0 : -1;
+	s->close_after_flush = close_after;
+	rc = perch_vtask_on_complete(h, session_flushed, s);
+	if (rc == PERCH_PENDING)
+		return 1;
+	int64_t result = -1;
+	if (rc == 0)
+		perch_vtask_result(h, &result); /* completed while registering: go on inline */
+	return result == 0 ? 0 : -1;
+}
+
+/*
+ * Reads, answers every complete message of the result, flushes once, and
+ * reads again, until a read or a flush has to wait (its continuation picks
+ * up here) or the session ends. Waiting for the flush before reading more
+ * is the backpressure: a client that does not read its answers stops being
+ * read.
+ */
+static void session_pump(struct session *s)
+{
+	const struct serve_proto *proto = s->wk->srv->proto;
+	for (;;) {
+		struct perch_read_result res;
+		struct perch_vtask_handle h;
+		int rc = perch_pipe_read(s->r, &res, &h);
+		if (rc == PERCH_PENDING) {
+			rc = perch_vtask_on_complete(h, session_read_ready, s);
+			if (rc == PERCH_PENDING)
+				return;
+			if (rc == 0)
+				continue; /* the read completed meanwhile: read again inline */
+		}
+		if (rc != 0) {
+			session_end(s);
+			return;
+		}
+		size_t consumed = 0;
+		int stop = proto->on_data(s->state, s->wk->srv->app, &res, s->w, &consumed);
+		/* Examined to the end: a partial message waits for more bytes instead of spinning. */
+		perch_pipe_advance_to(s->r, consumed, res.len);
+		if (res.completed || res.error || res.closed || res.canceled)
+			stop = 1;
+		rc = session_flush(s, stop);
+		if (rc > 0)
+			return;
+		if (rc < 0 || stop) {
+			session_end(s);
+			return;
+		}
+	}
+}
+
+static void on_accept(struct perch_listener *l, struct perch_conn *c, void *arg)
+{
+	struct worker *wk = arg;
+	struct session *s = calloc(1, sizeof(*s) + wk->srv->proto->state_size);
+	if (!s || perch_pipe_reader_new(c, &s->r) != 0 || perch_pipe_writer_new(c, &s->w) != 0) {
+		if (s) {
+			perch_pipe_reader_free(s->r);
+			free(s);
+		}
+		perch_conn_release(c); /* out of memory: refuse this one, keep serving the others */
+		return;
+	}
+	s->wk = wk;
+	s->c = c;
+	s->next = wk->sessions;
+	if (s->next)
+		s->next->prev = s;
+	wk->sessions = s;
+	session_pump(s);
+}
+
+/* ---- workers ---- */
+
+/*
+ * Closing a connection delivers its parked read or flush on this thread,
+ * inside perch_conn_close, and that continuation ends the session. A
+ * session with nothing parked (none should be, between turns) is ended here.
+ */
+static void worker_close_sessions(struct worker *wk)
+{
+	while (wk->sessions) {
+		struct session *s = wk->sessions;
+		perch_conn_close(s->c);
+		if (wk->sessions == s)
+			session_end(s);
+	}
+}
+
+/* Posted to the loop by serve_stop: the connections must be released before the loop is freed. */
+static void worker_shutdown(void *arg)
+{
+	struct worker *wk = arg;
+	if (wk->ls)
+		perch_listener_close(wk->ls);
+	wk->ls = NULL;
+	worker_close_sessions(wk);
+	perch_loop_stop(wk->loop);
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *wk = arg;
+	int rc = perch_loop_run(wk->loop);
+	if (rc != 0)
+		fprintf(stderr, "serve: loop failed: %s\n", strerror(-rc));
+	worker_close_sessions(wk); /* only when the shutdown could not be posted */
+	perch_loop_free(wk->loop);
+	if (wk->srv->proto->thread_fini)
+		wk->srv->proto->thread_fini();
+	return NULL;
+}
+
+void serve_opts_default(struct serve_opts *o)
+{
+	*o = (struct serve_opts){ .host = "127.0.0.1", .port = 0, .threads = 1 };
+}
+
+/* Creates worker i's loop and listener; the first one fixes the port for the others. */
+static int worker_init(struct serve *srv, int i, const struct serve_opts *o)
+{
+	struct worker *wk = &srv->wk[i];
+	struct perch_conn_opts co = { .recv_mode = o->recv };
+	wk->srv = srv;
+	int rc = perch_loop_new(NULL, &wk->loop);
+	if (rc != 0)
+		return rc;
+	rc = perch_listen(wk->loop, o->host, i == 0 ? o->port : srv->port, &co, on_accept, wk, &wk->ls);
+	if (rc != 0)
+		return rc;
+	if (i == 0)
+		srv->port = perch_listener_port(wk->ls);
+	return 0;
+}
+
+int serve_start(const struct serve_opts *o, const struct serve_proto *proto, void *app,
+		struct serve **out)
+{
+	if (!o || !proto || !proto->on_data || !out || o->threads < 1)
+		return -EINVAL;
+	struct serve *srv = calloc(1, sizeof(*srv) + (size_t)o->threads * sizeof(srv->wk[0]));
+	if (!srv)
+		return -ENOMEM;
+	srv->proto = proto;
+	srv->app = app;
+	srv->nworkers = o->threads;
+	int rc = 0;
+	for (int i = 0; i < o->threads && rc == 0; i++)
+		rc = worker_init(srv, i, o);
+	for (int i = 0; i < o->threads && rc == 0; i++) {
+		if (pthread_create(&srv->wk[i].th, NULL, worker_main, &srv->wk[i]) != 0)
+			rc = -EAGAIN;
+		else
+			srv->wk[i].running = true;
+	}
+	if (rc != 0) {
+		serve_stop(srv);
+		return rc;
+	}
+	*out = srv;
+	return 0;
+}
+
+int serve_port(const struct serve *s)
+{
+	return s ? s->port : -EINVAL;
+}
+
+void *serve_app(const struct serve *s)
+{
+	return s ? s->app : NULL;
+}
+
+void serve_stop(struct serve *s)
+{
+	if (!s)
+		return;
+	for (int i = 0; i < s->nworkers; i++) {
+		struct worker *wk = &s->wk[i];
+		if (wk->running && perch_loop_post(wk->loop, worker_shutdown, wk) != 0)
+			perch_loop_stop(wk->loop);
+	}
+	for (int i = 0; i < s->nworkers; i++) {
+		struct worker *wk = &s->wk[i];
+		if (wk->running)
+			pthread_join(wk->th, NULL);
+		else
+			perch_loop_free(wk->loop); /* never ran: any thread may free it */
+	}
+	free(s);
+}
+
+/* ---- the command line ---- */
+
+static void usage(const char *prog)
+{
+	fprintf(stderr,
+		"usage: %s [--port P] [--host ADDR] [--threads N] [--backend uring|epoll]\n"
+		"       [--recv multishot|singleshot]\n"
+		"  --port P       TCP port (default 0: the kernel picks one, printed at start)\n"
+		"  --host ADDR    numeric IPv4 or IPv6 address to listen on (default 127.0.0.1)\n"
+		"  --threads N    loops, one per thread, sharing the port with SO_REUSEPORT (default 1)\n"
+		"  --backend B    the loop's backend, passed to the library as PERCH_BACKEND=B\n"
+		"  --recv M       receive mode of each connection (default: the loop's, multishot)\n",
+		prog);
+}
+
+/* A whole decimal number in [lo, hi], or -1. */
+static long parse_num(const char *s, long lo, long hi)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	return (errno || end == s || *end || v < lo || v > hi) ? -1 : v;
+}
+
+static int parse_recv(const char *s, enum perch_recv_mode *m)
+{
+	if (strcmp(s, "multishot") == 0)
+		*m = PERCH_RECV_MULTISHOT;
+	else if (strcmp(s, "singleshot") == 0)
+		*m = PERCH_RECV_SINGLESHOT;
+	else
+		return -1;
+	return 0;
+}
+
+int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts *o)
+{
+	static const struct option longs[] = {
+		{ "port", required_argument, NULL, 'p' },    { "host", required_argument, NULL, 'H' },
+		{ "threads", required_argument, NULL, 't' }, { "backend", required_argument, NULL, 'b' },
+		{ "recv", required_argument, NULL, 'r' },    { "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	serve_opts_default(o);
+	int opt, idx = 0;
+	long v;
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "", longs, &idx)) != -1) {
+		switch (opt) {
+		case 'p':
+			if ((v = parse_num(optarg, 0, 65535)) < 0)
+				goto bad;
+			o->port = (int)v;
+			break;
+		case 'H':
+			o->host = optarg;
+			break;
+		case 't':
+			if ((v = parse_num(optarg, 1, 256)) < 0)
+				goto bad;
+			o->threads = (int)v;
+			break;
+		case 'b':
+			if (strcmp(optarg, "uring") != 0 && strcmp(optarg, "epoll") != 0)
+				goto bad;
+			o->backend = optarg;
+			break;
+		case 'r':
+			if (parse_recv(optarg, &o->recv) != 0)
+				goto bad;
+			break;
+		case 'h':
+			usage(prog);
+			return 1;
+		default:
+			usage(prog);
+			return -1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
+		usage(prog);
+		return -1;
+	}
+	/* The library reads PERCH_BACKEND when it creates a loop: this is what selects it. */
+	if (o->backend && setenv("PERCH_BACKEND", o->backend, 1) != 0)
+		return -1;
+	return 0;
+bad:
+	fprintf(stderr, "%s: bad value '%s' for --%s\n", prog, optarg, longs[idx].name);
+	usage(prog);
+	return -1;
+}
+
+int serve_main(int argc, char **argv, const char *prog, serve_start_fn start, serve_stop_fn stop)
+{
+	struct serve_opts o;
+	int rc = serve_parse_args(argc, argv, prog, &o);
+	if (rc != 0)
+		return rc > 0 ? 0 : 2;
+	/* Blocked before the loops' threads exist, so they inherit the mask and sigwait alone takes them. */
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	struct serve *srv;
+	rc = start(&o, &srv);
+	if (rc != 0) {
+		fprintf(stderr, "%s: cannot listen on %s:%d: %s\n", prog, o.host, o.port, strerror(-rc));
+		return 1;
+	}
+	const char *be = getenv("PERCH_BACKEND");
+	printf("%s: listening on %s:%d, %d thread%s, backend %s\n", prog, o.host, serve_port(srv),
+	       o.threads, o.threads == 1 ? "" : "s",
+	       be && *be ? be : "default (PERCH_BACKEND unset)");
+	fflush(stdout);
+	int sig;
+	while (sigwait(&set, &sig) != 0)
+		;
+	stop(srv);
+	return 0;
+}

@@ -1,0 +1,81 @@
+/* examples/common/serve.h: the examples' shared skeleton: command line, one loop per thread on one port, a pipe session per connection. */
+#ifndef PERCH_EXAMPLES_SERVE_H
+#define PERCH_EXAMPLES_SERVE_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <perch.h>
+
+/* What a server is asked for on its command line; serve_opts_default fills the defaults. */
+struct serve_opts {
+	const char *host;              /* numeric address to listen on; "127.0.0.1" */
+	int port;                      /* 0: the kernel picks (serve_port says which) */
+	int threads;                   /* loops, one per thread, sharing the port (SO_REUSEPORT); 1 */
+	const char *backend;           /* "uring", "epoll" or NULL (the library's choice) */
+	enum perch_recv_mode recv;     /* per-connection receive mode; PERCH_RECV_DEFAULT */
+};
+
+/*
+ * A protocol: what a connection does with the bytes it receives. Every
+ * callback runs on the connection's loop thread and must not block.
+ */
+struct serve_proto {
+	size_t state_size;             /* per-connection state, zeroed, handed to each call */
+	/*
+	 * Handles every complete message in `r` (bytes first; r->completed and
+	 * friends are the session's business), staging the answers on `w`.
+	 * Sets *consumed to the bytes it is done with; a partial message stays
+	 * unconsumed and comes back with more bytes. Returns 0 to go on, 1 to
+	 * close once the answers are flushed.
+	 */
+	int (*on_data)(void *state, void *app, const struct perch_read_result *r,
+		       struct perch_pipe_writer *w, size_t *consumed);
+	void (*fini)(void *state);     /* optional: frees what the state holds */
+	void (*thread_fini)(void);     /* optional: frees a loop thread's own buffers as it exits */
+};
+
+struct serve;
+
+void serve_opts_default(struct serve_opts *o);
+
+/*
+ * Parses --port P, --host ADDR, --threads N, --backend uring|epoll,
+ * --recv multishot|singleshot and --help into *o (defaults first). A
+ * backend is exported as PERCH_BACKEND, which is how the library picks the
+ * loop's backend: call this before creating any loop. Returns 0; 1 after
+ * --help; -1 after printing what was wrong (both with the usage on stderr).
+ */
+int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts *o);
+
+/*
+ * Starts o->threads loops, each on its own thread with a listener on the
+ * same port, whose connections run `proto` with `app`. Returns 0 with *out
+ * set, or a negative errno (perch_loop_new's, perch_listen's, -ENOMEM).
+ */
+int serve_start(const struct serve_opts *o, const struct serve_proto *proto, void *app,
+		struct serve **out);
+
+/* The port every loop listens on. */
+int serve_port(const struct serve *s);
+
+/* Closes every connection and listener, stops and frees each loop, joins the threads. NULL is ignored. */
+void serve_stop(struct serve *s);
+
+/* The `app` a server was started with. */
+void *serve_app(const struct serve *s);
+
+/* How a server starts and stops: each example offers the pair (its tests start it in-process). */
+typedef int (*serve_start_fn)(const struct serve_opts *o, struct serve **out);
+typedef void (*serve_stop_fn)(struct serve *s);
+
+/*
+ * A server's main: parses the command line, starts it with SIGINT and
+ * SIGTERM blocked in every thread, prints "PROG: listening on HOST:PORT, N
+ * thread(s), backend ..." on stdout, waits for one of the two signals and
+ * stops it. Returns the process's exit status.
+ */
+int serve_main(int argc, char **argv, const char *prog, serve_start_fn start, serve_stop_fn stop);
+
+#endif /* PERCH_EXAMPLES_SERVE_H */

@@ -1,0 +1,212 @@
+/* tests/server_util.h: plain blocking sockets with timeouts, for tests that drive an example server in-process. */
+#ifndef PERCH_TESTS_SERVER_UTIL_H
+#define PERCH_TESTS_SERVER_UTIL_H
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "loop_util.h"
+#include "serve.h"
+
+#define SU_TIMEOUT_S 10    /* every blocking read or write of a test gives up after this */
+
+/*
+ * A client socket connected to 127.0.0.1:port, with read and write
+ * timeouts and Nagle off, and SO_RCVBUF set to rcvbuf unless 0 (a small one
+ * makes the server's sends wait soon). -1 on failure.
+ */
+static inline int su_connect_rcvbuf(int port, int rcvbuf)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (rcvbuf)
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	struct timeval tv = { .tv_sec = SU_TIMEOUT_S };
+	int one = 1;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static inline int su_connect(int port)
+{
+	return su_connect_rcvbuf(port, 0);
+}
+
+/* As lu_write_all, without SIGPIPE when the server has closed. */
+static inline bool su_send(int fd, const void *p, size_t n)
+{
+	const char *c = p;
+	while (n) {
+		ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return false;
+		c += w;
+		n -= (size_t)w;
+	}
+	return true;
+}
+
+static inline bool su_send_str(int fd, const char *s)
+{
+	return su_send(fd, s, strlen(s));
+}
+
+/* A send on its own thread, so the test thread can read the answers meanwhile. */
+struct su_sender {
+	int fd;
+	const void *p;
+	size_t n;
+	bool ok;
+	pthread_t th;
+};
+
+static inline void *su_sender_main(void *p)
+{
+	struct su_sender *s = p;
+	s->ok = su_send(s->fd, s->p, s->n);
+	return NULL;
+}
+
+static inline void su_send_async(struct su_sender *s, int fd, const void *p, size_t n)
+{
+	*s = (struct su_sender){ .fd = fd, .p = p, .n = n };
+	assert_int_equal(pthread_create(&s->th, NULL, su_sender_main, s), 0);
+}
+
+/* Joins the sender; true when every byte went out. */
+static inline bool su_send_join(struct su_sender *s)
+{
+	pthread_join(s->th, NULL);
+	return s->ok;
+}
+
+/* Reads exactly n bytes; false on EOF, error or timeout. */
+static inline bool su_recv_all(int fd, void *p, size_t n)
+{
+	return lu_read_all(fd, p, n);
+}
+
+/* True when the peer closed: the next read returns EOF (or a reset) before the timeout. */
+static inline bool su_peer_closed(int fd)
+{
+	char c;
+	ssize_t r;
+	while ((r = recv(fd, &c, 1, 0)) < 0 && errno == EINTR)
+		;
+	return r == 0 || (r < 0 && errno == ECONNRESET);
+}
+
+/*
+ * Reads one HTTP response framed by Content-Length into buf (NUL-terminated).
+ * Returns its total length (head + body) with *status and *body_off set, or 0.
+ */
+static inline size_t su_http_response(int fd, char *buf, size_t cap, int *status, size_t *body_off)
+{
+	size_t len = 0;
+	char *end = NULL;
+	while (!end) {
+		if (len + 1 >= cap)
+			return 0;
+		ssize_t r = recv(fd, buf + len, 1, 0); /* byte by byte: never past this response */
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return 0;
+		len++;
+		buf[len] = '\0';
+		if (len >= 4 && memcmp(buf + len - 4, "\r\n\r\n", 4) == 0)
+			end = buf + len;
+	}
+	const char *cl = strcasestr(buf, "\r\nContent-Length:");
+	if (!cl || sscanf(buf, "HTTP/1.1 %d", status) != 1)
+		return 0;
+	size_t body = strtoul(cl + 17, NULL, 10);
+	if (len + body + 1 > cap || !su_recv_all(fd, buf + len, body))
+		return 0;
+	*body_off = len;
+	buf[len + body] = '\0';
+	return len + body;
+}
+
+/* A server started in-process on 127.0.0.1, port 0; the fds open before it, to find leaks after. */
+struct su_server {
+	struct serve *srv;
+	serve_stop_fn stop;
+	int port;
+	int fds_before;
+};
+
+/* Returns a started server, or NULL. */
+static inline struct su_server *su_start(serve_start_fn start, serve_stop_fn stop, int threads)
+{
+	struct su_server *s = calloc(1, sizeof(*s));
+	struct serve_opts o;
+	serve_opts_default(&o);
+	o.threads = threads;
+	s->stop = stop;
+	s->fds_before = lu_count_fds();
+	if (start(&o, &s->srv) != 0) {
+		free(s);
+		return NULL;
+	}
+	s->port = serve_port(s->srv);
+	return s;
+}
+
+/* Stops the server (if a test has not) and returns -1 when a descriptor outlived it. */
+static inline int su_stop(struct su_server *s)
+{
+	int before = s->fds_before;
+	s->stop(s->srv);
+	free(s);
+	int after = lu_count_fds();
+	if (after != before) {
+		fprintf(stderr, "descriptors: %d before start, %d after stop\n", before, after);
+		return -1;
+	}
+	return 0;
+}
+
+/* A client connected to the fixture's server (cmocka's `state`), or the test fails. */
+static inline int su_connect_to(void **state)
+{
+	int fd = su_connect(((struct su_server *)*state)->port);
+	assert_true(fd >= 0);
+	return fd;
+}
+
+/* The fixtures of a server test: setup (one loop), setup_two_loops, teardown (fails on a leaked fd). */
+#define SU_FIXTURES(start, stop)                                                   \
+	static int setup(void **state)                                             \
+	{                                                                          \
+		return (*state = su_start(start, stop, 1)) ? 0 : -1;               \
+	}                                                                          \
+	static int setup_two_loops(void **state)                                   \
+	{                                                                          \
+		return (*state = su_start(start, stop, 2)) ? 0 : -1;               \
+	}                                                                          \
+	static int teardown(void **state)                                          \
+	{                                                                          \
+		return su_stop(*state);                                            \
+	}
+
+#endif /* PERCH_TESTS_SERVER_UTIL_H */

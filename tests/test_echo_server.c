@@ -1,0 +1,141 @@
+/* tests/test_echo_server.c: examples/echo in-process on port 0: round trips, a stream larger than the socket buffers, many clients, two loops, no fd left after stop. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmocka_prelude.h"
+#include "echo.h"
+#include "server_util.h"
+
+SU_FIXTURES(echo_start, echo_stop)
+
+static void round_trips_come_back_in_order(void **state)
+{
+	struct su_server *f = *state;
+	int fd = su_connect(f->port);
+	assert_true(fd >= 0);
+	char buf[64];
+	for (int i = 0; i < 100; i++) {
+		int n = snprintf(buf, sizeof(buf), "message %d", i);
+		char back[64];
+		assert_true(su_send(fd, buf, (size_t)n));
+		assert_true(su_recv_all(fd, back, (size_t)n));
+		assert_memory_equal(buf, back, (size_t)n);
+	}
+	close(fd);
+}
+
+/* 8 MiB written by one thread while this one reads: the server's flush backpressure holds it, every byte comes back. */
+static void stream_larger_than_the_socket_buffers_comes_back_whole(void **state)
+{
+	struct su_server *f = *state;
+	size_t n = 8u << 20;
+	uint8_t *out = malloc(n), *in = malloc(n);
+	for (size_t i = 0; i < n; i++)
+		out[i] = (uint8_t)((i * 2654435761u) >> 13);
+	int fd = su_connect(f->port);
+	assert_true(fd >= 0);
+	struct su_sender sender;
+	su_send_async(&sender, fd, out, n);
+	bool got = su_recv_all(fd, in, n);
+	assert_true(su_send_join(&sender));
+	assert_true(got);
+	assert_memory_equal(out, in, n);
+	close(fd);
+	free(out);
+	free(in);
+}
+
+static void many_clients_at_once_each_get_their_own_bytes(void **state)
+{
+	struct su_server *f = *state;
+	enum { N = 64 };
+	int fds[N];
+	for (int i = 0; i < N; i++) {
+		fds[i] = su_connect(f->port);
+		assert_true(fds[i] >= 0);
+	}
+	for (int round = 0; round < 3; round++) {
+		for (int i = 0; i < N; i++) {
+			char b[16];
+			snprintf(b, sizeof(b), "c%03d-r%d", i, round);
+			assert_true(su_send(fds[i], b, 8));
+		}
+		for (int i = 0; i < N; i++) {
+			char b[16], back[8];
+			snprintf(b, sizeof(b), "c%03d-r%d", i, round);
+			assert_true(su_recv_all(fds[i], back, 8));
+			assert_memory_equal(b, back, 8);
+		}
+	}
+	for (int i = 0; i < N; i++)
+		close(fds[i]);
+}
+
+/* The client half-closes: the server echoes what came before the FIN, then closes its side. */
+static void fin_after_bytes_gets_the_bytes_then_a_close(void **state)
+{
+	struct su_server *f = *state;
+	int fd = su_connect(f->port);
+	assert_true(fd >= 0);
+	assert_true(su_send_str(fd, "last words"));
+	shutdown(fd, SHUT_WR);
+	char back[10];
+	assert_true(su_recv_all(fd, back, 10));
+	assert_memory_equal(back, "last words", 10);
+	assert_true(su_peer_closed(fd));
+	close(fd);
+}
+
+/* Clients left connected when the server stops are closed by the stop (teardown checks the fds). */
+static void stop_closes_clients_still_connected(void **state)
+{
+	struct su_server *f = *state;
+	int fd = su_connect(f->port);
+	assert_true(fd >= 0);
+	assert_true(su_send_str(fd, "x"));
+	char c;
+	assert_true(su_recv_all(fd, &c, 1));
+	echo_stop(f->srv);
+	f->srv = NULL; /* teardown's stop ignores NULL */
+	assert_true(su_peer_closed(fd));
+	close(fd);
+}
+
+/* A client that sends without reading: the server's flush waits on it when the stop comes. */
+static void stop_with_a_flush_waiting_on_a_client_that_does_not_read(void **state)
+{
+	struct su_server *f = *state;
+	int fd = su_connect_rcvbuf(f->port, 4096);
+	assert_true(fd >= 0);
+	size_t chunk = 64u << 10, sent = 0;
+	uint8_t *out = calloc(1, chunk);
+	struct timeval tv = { .tv_usec = 300 * 1000 };
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	/* Sends until both directions are full and the send times out (64 MiB at most). */
+	while (sent < (64u << 20) && su_send(fd, out, chunk))
+		sent += chunk;
+	assert_true(sent < (64u << 20));
+	echo_stop(f->srv);
+	f->srv = NULL;
+	close(fd);
+	free(out);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(round_trips_come_back_in_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(stream_larger_than_the_socket_buffers_comes_back_whole, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(many_clients_at_once_each_get_their_own_bytes, setup_two_loops,
+						teardown),
+		cmocka_unit_test_setup_teardown(fin_after_bytes_gets_the_bytes_then_a_close, setup, teardown),
+		cmocka_unit_test_setup_teardown(stop_closes_clients_still_connected, setup, teardown),
+		cmocka_unit_test_setup_teardown(stop_with_a_flush_waiting_on_a_client_that_does_not_read, setup,
+						teardown),
+	};
+	return cmocka_run_group_tests_name("echo server", tests, NULL, NULL);
+}

@@ -1,0 +1,296 @@
+/* tests/test_httpd.c: examples/httpd in-process on port 0: exact framing, pipelining, slow clients, bad and oversized requests, large bodies, keep-alive and close. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmocka_prelude.h"
+#include "httpd.h"
+#include "server_util.h"
+
+SU_FIXTURES(httpd_start, httpd_stop)
+
+/* The Date value of a response head, for building the exact bytes expected. */
+static void date_of(const char *head, char *date, size_t cap)
+{
+	const char *d = strstr(head, "\r\nDate: ");
+	assert_non_null(d);
+	d += 8;
+	size_t n = strcspn(d, "\r");
+	assert_true(n < cap);
+	memcpy(date, d, n);
+	date[n] = '\0';
+}
+
+/* Reads one response and asserts it is exactly 200 with this type and body (and `extra` headers). */
+static void expect_ok(int fd, const char *ctype, const char *body, const char *extra)
+{
+	char buf[1024], date[64], want[1024];
+	int status;
+	size_t off;
+	size_t n = su_http_response(fd, buf, sizeof(buf), &status, &off);
+	assert_true(n > 0);
+	date_of(buf, date, sizeof(date));
+	snprintf(want, sizeof(want),
+		 "HTTP/1.1 200 OK\r\nServer: perch\r\nDate: %s\r\nContent-Type: %s\r\n"
+		 "Content-Length: %zu\r\n%s\r\n%s",
+		 date, ctype, strlen(body), extra, body);
+	assert_string_equal(buf, want);
+}
+
+/* Reads one response and asserts its status; the server must close the connection after it. */
+static void expect_error_then_close(int fd, int want_status)
+{
+	char buf[1024];
+	int status;
+	size_t off;
+	assert_true(su_http_response(fd, buf, sizeof(buf), &status, &off) > 0);
+	assert_int_equal(status, want_status);
+	assert_non_null(strstr(buf, "\r\nConnection: close\r\n"));
+	assert_true(su_peer_closed(fd));
+}
+
+static const char GET_PLAIN[] = "GET /plaintext HTTP/1.1\r\nHost: t\r\n\r\n";
+static const char GET_JSON[] = "GET /json HTTP/1.1\r\nHost: t\r\n\r\n";
+static const char HELLO[] = "Hello, World!";
+static const char JSON[] = "{\"message\":\"Hello, World!\"}";
+
+static void plaintext_and_json_are_framed_exactly(void **state)
+{
+	int fd = su_connect_to(state);
+	assert_true(su_send_str(fd, GET_PLAIN));
+	expect_ok(fd, "text/plain", HELLO, "");
+	assert_true(su_send_str(fd, GET_JSON));
+	expect_ok(fd, "application/json", JSON, "");
+	close(fd);
+}
+
+static void sixteen_pipelined_requests_in_one_write_are_answered_in_order(void **state)
+{
+	int fd = su_connect_to(state);
+	char batch[2048] = "";
+	for (int i = 0; i < 16; i++)
+		strcat(batch, i % 2 ? GET_JSON : GET_PLAIN);
+	assert_true(su_send_str(fd, batch));
+	for (int i = 0; i < 16; i++)
+		expect_ok(fd, i % 2 ? "application/json" : "text/plain", i % 2 ? JSON : HELLO, "");
+	close(fd);
+}
+
+/* Each byte in its own segment: the request head and body span 60-odd segments. */
+static void request_sent_byte_by_byte_is_answered(void **state)
+{
+	int fd = su_connect_to(state);
+	const char req[] = "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello";
+	for (size_t i = 0; i < sizeof(req) - 1; i++) {
+		assert_true(su_send(fd, req + i, 1));
+		usleep(500);
+	}
+	expect_ok(fd, "application/octet-stream", "hello", "");
+	/* The connection is still good for the next one. */
+	assert_true(su_send_str(fd, GET_PLAIN));
+	expect_ok(fd, "text/plain", HELLO, "");
+	close(fd);
+}
+
+static void malformed_request_gets_400_then_close(void **state)
+{
+	int fd = su_connect_to(state);
+	assert_true(su_send_str(fd, "GET /plaintext HTTP/1.1\r\nHost: t\r\nBad Header\r\n\r\n"));
+	expect_error_then_close(fd, 400);
+	close(fd);
+	fd = su_connect_to(state);
+	assert_true(su_send_str(fd, "\x01\x02garbage\r\n\r\n"));
+	expect_error_then_close(fd, 400);
+	close(fd);
+}
+
+/* A good request pipelined ahead of a bad one is answered first. */
+static void request_before_a_malformed_one_is_still_answered(void **state)
+{
+	int fd = su_connect_to(state);
+	char batch[256];
+	snprintf(batch, sizeof(batch), "%sGET / HTTP/1.1\r\nHost t\r\n\r\n", GET_PLAIN);
+	assert_true(su_send_str(fd, batch));
+	expect_ok(fd, "text/plain", HELLO, "");
+	expect_error_then_close(fd, 400);
+	close(fd);
+}
+
+static void oversized_headers_get_431_then_close(void **state)
+{
+	int fd = su_connect_to(state);
+	size_t n = 9000;
+	char *req = malloc(n + 64);
+	int k = snprintf(req, n + 64, "GET /plaintext HTTP/1.1\r\nHost: t\r\nX-Big: ");
+	memset(req + k, 'a', n);
+	strcpy(req + k + n, "\r\n\r\n");
+	assert_true(su_send_str(fd, req));
+	expect_error_then_close(fd, 431);
+	free(req);
+	close(fd);
+}
+
+static void unsupported_framing_and_version_get_501_and_505(void **state)
+{
+	int fd = su_connect_to(state);
+	assert_true(su_send_str(fd, "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"));
+	expect_error_then_close(fd, 501);
+	close(fd);
+	fd = su_connect_to(state);
+	assert_true(su_send_str(fd, "GET / HTTP/2.0\r\nHost: t\r\n\r\n"));
+	expect_error_then_close(fd, 505);
+	close(fd);
+}
+
+/* 512 KiB across many segments comes back byte for byte, and the connection goes on. */
+static void body_of_512_kib_arrives_whole(void **state)
+{
+	int fd = su_connect_to(state);
+	size_t body = 512u << 10;
+	char head[128];
+	int h = snprintf(head, sizeof(head), "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n", body);
+	size_t total = (size_t)h + body;
+	char *req = malloc(total);
+	memcpy(req, head, (size_t)h);
+	for (size_t i = 0; i < body; i++)
+		req[h + i] = (char)('a' + (i * 7 + i / 4099) % 26);
+	struct su_sender s;
+	su_send_async(&s, fd, req, total);
+	size_t cap = body + 1024, off = 0;
+	char *resp = malloc(cap);
+	int status;
+	size_t n = su_http_response(fd, resp, cap, &status, &off);
+	assert_true(su_send_join(&s));
+	assert_int_equal(status, 200);
+	assert_int_equal(n - off, body);
+	assert_memory_equal(resp + off, req + h, body);
+	assert_true(su_send_str(fd, GET_JSON));
+	expect_ok(fd, "application/json", JSON, "");
+	free(req);
+	free(resp);
+	close(fd);
+}
+
+/* "Expect: 100-continue": the interim answer comes once the head is in, the final one after the body. */
+static void expect_100_continue_is_answered_before_the_body(void **state)
+{
+	int fd = su_connect_to(state);
+	static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+	char got[sizeof(cont)] = "";
+	assert_true(su_send_str(fd, "POST /echo HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
+				    "Content-Length: 4\r\n\r\n"));
+	assert_true(su_recv_all(fd, got, sizeof(cont) - 1));
+	assert_string_equal(got, cont);
+	assert_true(su_send_str(fd, "body"));
+	expect_ok(fd, "application/octet-stream", "body", "");
+	close(fd);
+}
+
+static void body_above_the_limit_gets_413_then_close(void **state)
+{
+	int fd = su_connect_to(state);
+	assert_true(su_send_str(fd, "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 2000000\r\n\r\nxx"));
+	expect_error_then_close(fd, 413);
+	close(fd);
+}
+
+static void keep_alive_serves_many_requests_on_one_connection(void **state)
+{
+	int fd = su_connect_to(state);
+	for (int i = 0; i < 200; i++) {
+		assert_true(su_send_str(fd, i % 2 ? GET_JSON : GET_PLAIN));
+		expect_ok(fd, i % 2 ? "application/json" : "text/plain", i % 2 ? JSON : HELLO, "");
+	}
+	close(fd);
+}
+
+static void connection_close_is_answered_then_closed(void **state)
+{
+	int fd = su_connect_to(state);
+	/* The request after the closing one is never answered. */
+	assert_true(su_send_str(fd, "GET /plaintext HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+				    "GET /json HTTP/1.1\r\nHost: t\r\n\r\n"));
+	expect_ok(fd, "text/plain", HELLO, "Connection: close\r\n");
+	assert_true(su_peer_closed(fd));
+	close(fd);
+}
+
+static void http_1_0_closes_unless_it_asks_for_keep_alive(void **state)
+{
+	int fd = su_connect_to(state);
+	assert_true(su_send_str(fd, "GET /plaintext HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+	expect_ok(fd, "text/plain", HELLO, "Connection: keep-alive\r\n");
+	assert_true(su_send_str(fd, "GET /json HTTP/1.0\r\n\r\n"));
+	expect_ok(fd, "application/json", JSON, "Connection: close\r\n");
+	assert_true(su_peer_closed(fd));
+	close(fd);
+}
+
+/*
+ * A client with an 8 KiB receive buffer pipelines 5,000 requests (650 KB of
+ * answers) before reading any: the server's flush waits, it stops reading,
+ * and nothing is lost.
+ */
+static void client_that_does_not_read_is_held_back_and_loses_nothing(void **state)
+{
+	int fd = su_connect_rcvbuf(((struct su_server *)*state)->port, 8192);
+	assert_true(fd >= 0);
+	enum { N = 5000 };
+	size_t one = strlen(GET_PLAIN);
+	char *req = malloc(one * N);
+	for (int i = 0; i < N; i++)
+		memcpy(req + one * (size_t)i, GET_PLAIN, one);
+	struct su_sender s;
+	su_send_async(&s, fd, req, one * N);
+	usleep(200 * 1000); /* let the answers pile up against a socket nobody reads */
+	for (int i = 0; i < N; i++) {
+		char buf[512];
+		int status;
+		size_t off;
+		assert_true(su_http_response(fd, buf, sizeof(buf), &status, &off) > 0);
+		assert_int_equal(status, 200);
+		assert_string_equal(buf + off, HELLO);
+	}
+	assert_true(su_send_join(&s));
+	free(req);
+	close(fd);
+}
+
+static void two_loops_share_the_port(void **state)
+{
+	int fds[16];
+	for (int i = 0; i < 16; i++)
+		fds[i] = su_connect_to(state);
+	for (int i = 0; i < 16; i++)
+		assert_true(su_send_str(fds[i], GET_PLAIN));
+	for (int i = 0; i < 16; i++) {
+		expect_ok(fds[i], "text/plain", HELLO, "");
+		close(fds[i]);
+	}
+}
+
+int main(void)
+{
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+	const struct CMUnitTest tests[] = {
+		T(plaintext_and_json_are_framed_exactly),
+		T(sixteen_pipelined_requests_in_one_write_are_answered_in_order),
+		T(request_sent_byte_by_byte_is_answered),
+		T(malformed_request_gets_400_then_close),
+		T(request_before_a_malformed_one_is_still_answered),
+		T(oversized_headers_get_431_then_close),
+		T(unsupported_framing_and_version_get_501_and_505),
+		T(body_of_512_kib_arrives_whole),
+		T(expect_100_continue_is_answered_before_the_body),
+		T(body_above_the_limit_gets_413_then_close),
+		T(keep_alive_serves_many_requests_on_one_connection),
+		T(connection_close_is_answered_then_closed),
+		T(http_1_0_closes_unless_it_asks_for_keep_alive),
+		T(client_that_does_not_read_is_held_back_and_loses_nothing),
+		cmocka_unit_test_setup_teardown(two_loops_share_the_port, setup_two_loops, teardown),
+	};
+#undef T
+	return cmocka_run_group_tests_name("httpd", tests, NULL, NULL);
+}

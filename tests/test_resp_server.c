@@ -1,0 +1,172 @@
+/* tests/test_resp_server.c: examples/resp in-process on port 0: each command, pipelining, inline commands, split commands, protocol errors, one store for two loops. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmocka_prelude.h"
+#include "resp.h"
+#include "server_util.h"
+
+SU_FIXTURES(resp_start, resp_stop)
+
+/* Sends `req` and asserts the reply is exactly `want`. */
+static void expect(int fd, const char *req, const char *want)
+{
+	size_t n = strlen(want);
+	char *got = calloc(1, n + 1);
+	if (req)
+		assert_true(su_send_str(fd, req));
+	assert_true(su_recv_all(fd, got, n));
+	assert_string_equal(got, want);
+	free(got);
+}
+
+static void each_command_gets_redis_reply(void **state)
+{
+	int fd = su_connect_to(state);
+	expect(fd, "*1\r\n$4\r\nPING\r\n", "+PONG\r\n");
+	expect(fd, "*2\r\n$4\r\nECHO\r\n$5\r\nhello\r\n", "$5\r\nhello\r\n");
+	expect(fd, "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nabc\r\n", "+OK\r\n");
+	expect(fd, "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", "$3\r\nabc\r\n");
+	expect(fd, "*2\r\n$3\r\nGET\r\n$7\r\nmissing\r\n", "$-1\r\n");
+	expect(fd, "*2\r\n$4\r\nINCR\r\n$1\r\nn\r\n", ":1\r\n");
+	expect(fd, "*2\r\n$4\r\nINCR\r\n$1\r\nn\r\n", ":2\r\n");
+	expect(fd, "*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n", "-ERR value is not an integer or out of range\r\n");
+	expect(fd, "*3\r\n$3\r\nDEL\r\n$1\r\nk\r\n$1\r\nx\r\n", ":1\r\n");
+	expect(fd, "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", "$-1\r\n");
+	close(fd);
+}
+
+static void inline_commands_are_understood(void **state)
+{
+	int fd = su_connect_to(state);
+	expect(fd, "PING\r\n", "+PONG\r\n");
+	expect(fd, "set greeting \"a b\"\n", "+OK\r\n");
+	expect(fd, "get greeting\r\n", "$3\r\na b\r\n");
+	close(fd);
+}
+
+/* 100 commands in one write: 100 replies, in order. */
+static void pipelined_commands_are_answered_in_order(void **state)
+{
+	int fd = su_connect_to(state);
+	char *batch = calloc(1, 100 * 64), *want = calloc(1, 100 * 32);
+	for (int i = 0; i < 100; i++) {
+		char key[16];
+		int k = snprintf(key, sizeof(key), "key%d", i);
+		sprintf(batch + strlen(batch), "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", k, key, k, key);
+		strcat(want, "+OK\r\n");
+	}
+	expect(fd, batch, want);
+	batch[0] = want[0] = '\0';
+	for (int i = 0; i < 100; i++) {
+		char key[16];
+		int k = snprintf(key, sizeof(key), "key%d", i);
+		sprintf(batch + strlen(batch), "*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n", k, key);
+		sprintf(want + strlen(want), "$%d\r\n%s\r\n", k, key);
+	}
+	expect(fd, batch, want);
+	free(batch);
+	free(want);
+	close(fd);
+}
+
+static void command_sent_byte_by_byte_is_answered(void **state)
+{
+	int fd = su_connect_to(state);
+	const char req[] = "*3\r\n$3\r\nSET\r\n$4\r\nslow\r\n$6\r\nclient\r\n*2\r\n$3\r\nGET\r\n$4\r\nslow\r\n";
+	for (size_t i = 0; i < sizeof(req) - 1; i++) {
+		assert_true(su_send(fd, req + i, 1));
+		usleep(300);
+	}
+	expect(fd, NULL, "+OK\r\n$6\r\nclient\r\n");
+	close(fd);
+}
+
+/* A 1 MiB value spans many segments on the way in and comes back whole. */
+static void large_value_round_trips(void **state)
+{
+	int fd = su_connect_to(state);
+	size_t n = 1u << 20;
+	char *val = malloc(n + 1);
+	for (size_t i = 0; i < n; i++)
+		val[i] = (char)('A' + i % 23);
+	val[n] = '\0';
+	char head[64];
+	snprintf(head, sizeof(head), "*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$%zu\r\n", n);
+	assert_true(su_send_str(fd, head));
+	assert_true(su_send(fd, val, n));
+	expect(fd, "\r\n", "+OK\r\n");
+	assert_true(su_send_str(fd, "*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n"));
+	char *got = malloc(n + 32);
+	int h = snprintf(head, sizeof(head), "$%zu\r\n", n);
+	assert_true(su_recv_all(fd, got, (size_t)h + n + 2));
+	assert_memory_equal(got, head, (size_t)h);
+	assert_memory_equal(got + h, val, n);
+	assert_memory_equal(got + h + n, "\r\n", 2);
+	free(got);
+	free(val);
+	close(fd);
+}
+
+static void protocol_error_is_answered_then_closed(void **state)
+{
+	int fd = su_connect_to(state);
+	/* The command before the bad one is still run. */
+	expect(fd, "PING\r\n*1\r\n$x\r\n", "+PONG\r\n-ERR Protocol error: invalid bulk length\r\n");
+	assert_true(su_peer_closed(fd));
+	close(fd);
+	fd = su_connect_to(state);
+	expect(fd, "set k \"unbalanced\r\n", "-ERR Protocol error: unbalanced quotes in request\r\n");
+	assert_true(su_peer_closed(fd));
+	close(fd);
+}
+
+static void unknown_command_is_an_error_and_the_connection_goes_on(void **state)
+{
+	int fd = su_connect_to(state);
+	expect(fd, "FLY away\r\n", "-ERR unknown command 'FLY', with args beginning with: 'away' \r\n");
+	expect(fd, "PING\r\n", "+PONG\r\n");
+	close(fd);
+}
+
+/* Two loops, one key space: what one connection sets, any other reads, and INCR never loses a count. */
+static void two_loops_share_one_store(void **state)
+{
+	enum { N = 8, ROUNDS = 50 };
+	int fds[N];
+	for (int i = 0; i < N; i++)
+		fds[i] = su_connect_to(state);
+	for (int r = 0; r < ROUNDS; r++)
+		for (int i = 0; i < N; i++)
+			assert_true(su_send_str(fds[i], "*2\r\n$4\r\nINCR\r\n$7\r\ncounter\r\n"));
+	for (int i = 0; i < N; i++)
+		for (int r = 0; r < ROUNDS; r++) {
+			char c;
+			do
+				assert_true(su_recv_all(fds[i], &c, 1));
+			while (c != '\n');
+		}
+	expect(fds[0], "GET counter\r\n", "$3\r\n400\r\n");
+	for (int i = 0; i < N; i++)
+		close(fds[i]);
+}
+
+int main(void)
+{
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+	const struct CMUnitTest tests[] = {
+		T(each_command_gets_redis_reply),
+		T(inline_commands_are_understood),
+		T(pipelined_commands_are_answered_in_order),
+		T(command_sent_byte_by_byte_is_answered),
+		T(large_value_round_trips),
+		T(protocol_error_is_answered_then_closed),
+		T(unknown_command_is_an_error_and_the_connection_goes_on),
+		cmocka_unit_test_setup_teardown(two_loops_share_one_store, setup_two_loops, teardown),
+	};
+#undef T
+	return cmocka_run_group_tests_name("resp server", tests, NULL, NULL);
+}
