@@ -49,6 +49,7 @@ struct lc_state {
 	struct perch_pipe_reader *preaders[POOL];
 	struct perch_pipe_writer *pwriters[POOL];
 	struct perch_vtask_handle tasks[POOL];
+	bool broken[POOL];             /* judged broken already: leaked, not judged again */
 	struct race *race;             /* for the batch judgement (set by the judge) */
 	struct perch_read_result res;
 	int rc;
@@ -164,6 +165,7 @@ static void lc_setup(void *p, uint64_t round)
 	s->readers[s->at].l.on_parking = lc_reader_parking;
 	s->flushers[s->at] = (struct counting_flusher)COUNTING_FLUSHER;
 	s->rounds[s->at] = round;
+	s->broken[s->at] = false;
 	memset(&s->res, 0, sizeof(s->res));
 	s->rc = 0;
 }
@@ -285,6 +287,8 @@ static bool judge_pipe_late(struct race *r, struct lc_state *s, uint32_t i)
 static bool judge_late(struct race *r, struct lc_state *s, uint32_t i)
 {
 	uint64_t round = s->rounds[i];
+	if (s->broken[i])
+		return false;   /* a lost delivery would keep a pipe reader's free waiting */
 	/* The caller's reference, and a pipe adapter's. */
 	uint32_t users = 1 + (s->preaders[i] != NULL) + (s->pwriters[i] != NULL);
 	if (!loop_finished(r, s->pool[i], users, round))
@@ -370,9 +374,28 @@ static bool judge_flush_vs_close(struct race *r, void *p, uint64_t round)
 	return true;
 }
 
+static bool judge_pipe_read_once(struct race *r, struct lc_state *s, uint64_t round);
+static bool judge_pipe_flush_once(struct race *r, struct lc_state *s, uint64_t round);
+
+/* A broken round's adapter and connection are leaked, never judged or freed again. */
 static bool judge_pipe_read_vs_close(struct race *r, void *p, uint64_t round)
 {
 	struct lc_state *s = p;
+	bool ok = judge_pipe_read_once(r, s, round);
+	s->broken[s->at] = !ok;
+	return ok;
+}
+
+static bool judge_pipe_flush_vs_close(struct race *r, void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	bool ok = judge_pipe_flush_once(r, s, round);
+	s->broken[s->at] = !ok;
+	return ok;
+}
+
+static bool judge_pipe_read_once(struct race *r, struct lc_state *s, uint64_t round)
+{
 	struct perch_pipe_reader *rd = s->preaders[s->at];
 	int64_t result = -1;
 	s->race = r;
@@ -399,9 +422,8 @@ static bool judge_pipe_read_vs_close(struct race *r, void *p, uint64_t round)
 	return perch_pipe_advance_to(rd, 0, 0) == 0;
 }
 
-static bool judge_pipe_flush_vs_close(struct race *r, void *p, uint64_t round)
+static bool judge_pipe_flush_once(struct race *r, struct lc_state *s, uint64_t round)
 {
-	struct lc_state *s = p;
 	int64_t result = 1;
 	s->race = r;
 	s->rcs[s->at] = s->rc;

@@ -125,9 +125,15 @@ static void conn_closes(void *p, uint64_t round)
 	perch_conn_close(((struct pipe_state *)p)->c);
 }
 
-/* The round's connection goes; the kernel's last send completes first, as a backend's would. */
-static void end_round(struct pipe_state *s)
+/*
+ * The round's connection goes; the kernel's last send completes first, as
+ * a backend's would. A broken round's are leaked on purpose: a read whose
+ * delivery was lost keeps the reader's free waiting for it.
+ */
+static void end_round(struct pipe_state *s, bool ok)
 {
+	if (!ok)
+		return;
 	if (s->t.sent)
 		fake_send_done(s->c, -ECANCELED);
 	perch_pipe_reader_free(s->r);
@@ -172,7 +178,7 @@ static bool judge_read_vs_close(struct race *r, void *p, uint64_t round)
 			race_fail(r, round, "parked read delivered %u times", s->deliveries);
 		}
 	}
-	end_round(s);
+	end_round(s, ok);
 	return ok;
 }
 
@@ -196,7 +202,7 @@ static bool judge_flush_vs_close(struct race *r, void *p, uint64_t round)
 		if (!ok && s->deliveries != 1)
 			race_fail(r, round, "parked flush delivered %u times", s->deliveries);
 	}
-	end_round(s);
+	end_round(s, ok);
 	return ok;
 }
 
@@ -317,7 +323,7 @@ static bool judge_stale_wake_vs_bytes(struct race *r, void *p, uint64_t round)
 		/* Which side took the park: the stale wake (it re-parked or served) or the bytes. */
 		race_branch(r, s->delivered_by == 0 ? 2 : 3);
 	}
-	end_round(s);
+	end_round(s, ok);
 	return ok;
 }
 
@@ -340,7 +346,7 @@ static bool judge_complete_vs_stale_wake(struct race *r, void *p, uint64_t round
 		ok = false;
 	}
 	race_branch(r, s->delivered_by == 1 ? 0 : 1);
-	end_round(s);
+	end_round(s, ok);
 	return ok;
 }
 
@@ -402,7 +408,7 @@ static bool judge_cancel_vs_send_done(struct race *r, void *p, uint64_t round)
 			  marked ? "canceled too" : "not canceled: the cancel was lost");
 	ok = ok && marked == (result == 0);
 	race_branch(r, result == 0 ? 0 : 1);
-	end_round(s);
+	end_round(s, ok);
 	return ok;
 }
 
