@@ -342,7 +342,8 @@ int perch__conn_park_flush(struct perch_conn *c, struct perch_flush_listener *li
 int perch__conn_recv_arrived(struct perch_conn *c, struct perch_seg *seg)
 {
 	/* An empty segment would mark a claim with nothing to show, and could do so forever. */
-	if (seg->len == 0)
+	uint32_t len = seg->len;
+	if (len == 0)
 		return -EINVAL;
 	ck_fifo_spsc_entry_t *entry = fifo_recycle(&c->rx_fifo);
 	if (!entry) {
@@ -350,9 +351,14 @@ int perch__conn_recv_arrived(struct perch_conn *c, struct perch_seg *seg)
 		if (!entry)
 			return -ENOMEM;
 	}
+	/*
+	 * Once enqueued the segment is the reader's: it may consume and
+	 * release it at once (the in-memory pipe's reader frees it on its own
+	 * thread), so its length was read before.
+	 */
 	fifo_enqueue(&c->rx_fifo, entry, seg);
 	/* A read-modify-write, so the count is visible before we look at the slot. */
-	perch__faa_u64(&c->rx_total, seg->len);
+	perch__faa_u64(&c->rx_total, len);
 	wake_reader(c);
 	return 0;
 }
