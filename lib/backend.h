@@ -1,4 +1,4 @@
-/* lib/backend.h: the one interface between the backend-agnostic loop (loop.c) and a kernel backend (uring.c). */
+/* lib/backend.h: the one interface between the backend-agnostic loop (loop.c) and a kernel backend (uring.c, epoll.c). */
 #ifndef PERCH_LIB_BACKEND_H
 #define PERCH_LIB_BACKEND_H
 
@@ -29,7 +29,7 @@ struct perch__msg {
 
 enum perch__sock_kind { PERCH__SOCK_CONN, PERCH__SOCK_LISTENER };
 
-/* A received buffer lent to a connection: one per buffer id, owned by the loop. */
+/* A received buffer lent to a connection: one per buffer id, owned by the backend (ring or pool). */
 struct perch__rxseg {
 	struct perch_seg seg;        /* what the conn core queues */
 	struct perch__msg release;   /* posted when released off the loop thread */
@@ -74,11 +74,15 @@ struct perch__sock {
 	struct perch__msg listen_msg;
 
 	/* ---- the backend's per-socket state ---- */
-	uint32_t bk_inflight;        /* operations whose last completion has not come */
+	uint32_t bk_inflight;        /* uring: operations whose last completion has not come */
 	uint32_t bk_flags;
 	struct perch__sock *bk_next; /* the backend's wait list (ENOBUFS) */
 	struct msghdr bk_msg;
 	struct iovec bk_iov[PERCH__TX_IOV];
+	uint32_t bk_events;          /* epoll: the interest the kernel has for the fd */
+	uint32_t bk_pend;            /* epoll: completions to report at the end of the turn */
+	int bk_res;                  /* epoll: the pending connect's or send's result */
+	struct perch__sock *bk_pend_next;
 };
 
 struct perch_listener {
@@ -92,7 +96,11 @@ struct perch_listener {
  */
 struct perch__backend {
 	const char *name;
-	/* Sets loop->be_state; watches loop->wake_fd (readable: perch__loop_woken). Returns 0 or -errno. */
+	/*
+	 * Sets loop->be_state; watches loop->wake_fd (readable: perch__loop_woken).
+	 * Returns 0 or -errno; when the kernel refused it, loop->be_refused_at
+	 * names the call (the loop logs the line and may fall back).
+	 */
 	int (*init)(struct perch_loop *loop, const struct perch_loop_opts *opts);
 	/* After every socket is finalized. */
 	void (*destroy)(struct perch_loop *loop);
@@ -114,6 +122,15 @@ struct perch__backend {
 	void (*buf_release)(struct perch_loop *loop, struct perch__rxseg *rs);
 };
 
+/*
+ * Semantics both backends keep (doc/loop.md): completions are never
+ * reported from inside the call that started the operation (a send or
+ * connect that finishes at once is reported later in the turn); interest
+ * in a direction exists only while the loop waits on it; a connection
+ * that runs out of buffers parks until one comes back, first parked first
+ * served (stats.enobufs_parks).
+ */
+
 struct perch_loop {
 	/* ---- any thread ---- */
 	ck_stack_t inbox CK_CC_CACHELINE;
@@ -131,10 +148,16 @@ struct perch_loop {
 	uint32_t nfree, cap, live;
 	int owner_tid;               /* the thread that first ran the loop; 0 before */
 	bool freeing;
-	struct perch_loop_opts opts;
+	struct perch_loop_opts opts; /* resolved: backend and read_budget included */
+	const char *be_refused_at;   /* set by a failed init: the call the kernel refused */
 	struct {
 		uint64_t enobufs_parks;   /* recvs parked for want of buffers */
 		uint64_t recv_pauses;     /* backpressure pauses */
+		/* epoll: read turns (one per connection per readiness event), those that hit the budget */
+		uint64_t read_turns, read_yields;
+		uint64_t turn_bytes_max;  /* epoll: the most bytes one turn read */
+		uint64_t waits;           /* epoll: epoll_wait calls */
+		uint64_t interest_changes; /* epoll: EPOLL_CTL_MOD calls (yields included) */
 	} stats;
 };
 
@@ -162,5 +185,6 @@ int perch__loop_tx_iov(struct perch__sock *s, struct iovec *iov, int max);
 void perch__loop_sock_closed(struct perch__sock *s);
 
 extern const struct perch__backend perch__uring_backend;
+extern const struct perch__backend perch__epoll_backend;
 
 #endif /* PERCH_LIB_BACKEND_H */

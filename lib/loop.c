@@ -16,6 +16,7 @@
 #include "backend.h"
 
 #define DEFAULT_PAUSE_BYTES (256u * 1024)
+#define DEFAULT_READ_BUDGET (64u * 1024)   /* epoll: bytes per connection per turn */
 #define FREE_DRAIN_MS 5000        /* perch_loop_free waits this long for the last completions */
 
 static const struct perch__transport_ops loop_conn_ops;
@@ -730,19 +731,77 @@ int perch_listener_close(struct perch_listener *l)
 
 /* ================= the loop ================= */
 
+/* DEFAULT resolves through $PERCH_BACKEND; an unknown name is -EINVAL. */
+static int resolve_backend(enum perch_backend *b)
+{
+	if (*b < PERCH_BACKEND_DEFAULT || *b > PERCH_BACKEND_EPOLL)
+		return -EINVAL;
+	const char *env = getenv("PERCH_BACKEND");
+	if (*b != PERCH_BACKEND_DEFAULT || !env || !*env)
+		return 0;
+	if (strcmp(env, "uring") == 0 || strcmp(env, "io_uring") == 0)
+		*b = PERCH_BACKEND_URING;
+	else if (strcmp(env, "epoll") == 0)
+		*b = PERCH_BACKEND_EPOLL;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+static int resolve_loop_opts(const struct perch_loop_opts *in, struct perch_loop_opts *o)
+{
+	*o = in ? *in : (struct perch_loop_opts){ 0 };
+	if (o->sq_entries == 0)
+		o->sq_entries = 256;
+	if (o->buf_count == 0)
+		o->buf_count = 512;
+	if (o->buf_size == 0)
+		o->buf_size = 16 * 1024;
+	if (o->read_budget == 0)
+		o->read_budget = DEFAULT_READ_BUDGET;
+	if (o->sq_entries > 32768 || o->buf_count > 32768 || (o->buf_count & (o->buf_count - 1)) ||
+	    o->buf_size > (1u << 20))
+		return -EINVAL;
+	return resolve_backend(&o->backend);
+}
+
+static const char *refusal_cause(int err)
+{
+	switch (err) {
+	case -EPERM: return "not permitted (kernel.io_uring_disabled, seccomp, or a container policy)";
+	case -ENOSYS: return "not supported by this kernel";
+	case -ENOMEM: return "out of locked memory for the ring (RLIMIT_MEMLOCK)";
+	default: return strerror(-err);
+	}
+}
+
+/*
+ * io_uring unless epoll was asked for. A refusal (EPERM, ENOSYS, ENOMEM)
+ * is logged in one line; with the default backend the loop then runs on
+ * epoll, an explicit io_uring request fails with the error.
+ */
+static int backend_init(struct perch_loop *loop)
+{
+	if (loop->opts.backend != PERCH_BACKEND_EPOLL) {
+		loop->be = &perch__uring_backend;
+		int rc = loop->be->init(loop, &loop->opts);
+		bool refused = rc == -EPERM || rc == -ENOSYS || rc == -ENOMEM;
+		bool fall_back = refused && loop->opts.backend == PERCH_BACKEND_DEFAULT;
+		if (refused)
+			fprintf(stderr, "perch: io_uring refused: %s: %s%s\n",
+				loop->be_refused_at ? loop->be_refused_at : "setup", refusal_cause(rc),
+				fall_back ? "; using epoll" : "");
+		if (!fall_back)
+			return rc;
+	}
+	loop->be = &perch__epoll_backend;
+	return loop->be->init(loop, &loop->opts);
+}
+
 int perch_loop_new(const struct perch_loop_opts *opts, struct perch_loop **out)
 {
-	struct perch_loop_opts o = opts ? *opts : (struct perch_loop_opts){ 0 };
-	if (!out)
-		return -EINVAL;
-	if (o.sq_entries == 0)
-		o.sq_entries = 256;
-	if (o.buf_count == 0)
-		o.buf_count = 512;
-	if (o.buf_size == 0)
-		o.buf_size = 16 * 1024;
-	if (o.sq_entries > 32768 || o.buf_count > 32768 || (o.buf_count & (o.buf_count - 1)) ||
-	    o.buf_size > (1u << 20))
+	struct perch_loop_opts o;
+	if (!out || resolve_loop_opts(opts, &o) != 0)
 		return -EINVAL;
 	struct perch_loop *loop;
 	if (posix_memalign((void **)&loop, CK_MD_CACHELINE, sizeof(*loop)) != 0)
@@ -750,14 +809,13 @@ int perch_loop_new(const struct perch_loop_opts *opts, struct perch_loop **out)
 	memset(loop, 0, sizeof(*loop));
 	ck_stack_init(&loop->inbox);
 	loop->opts = o;
-	loop->be = &perch__uring_backend;
 	loop->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (loop->wake_fd < 0) {
 		int err = -errno;
 		free(loop);
 		return err;
 	}
-	int rc = loop->be->init(loop, &o);
+	int rc = backend_init(loop);
 	if (rc != 0) {
 		close(loop->wake_fd);
 		free(loop);
@@ -765,6 +823,11 @@ int perch_loop_new(const struct perch_loop_opts *opts, struct perch_loop **out)
 	}
 	*out = loop;
 	return 0;
+}
+
+const char *perch_loop_backend_name(const struct perch_loop *loop)
+{
+	return loop ? loop->be->name : NULL;
 }
 
 int perch_loop_run_once(struct perch_loop *loop, int timeout_ms)

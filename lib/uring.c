@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <liburing.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -115,18 +114,8 @@ static struct io_uring_sqe *sqe_get(struct uring *u)
 
 /* ================= ring and buffer ring ================= */
 
-static const char *refusal_cause(int err)
-{
-	switch (err) {
-	case -EPERM: return "not permitted (kernel.io_uring_disabled, seccomp, or a container policy)";
-	case -ENOSYS: return "not supported by this kernel";
-	case -ENOMEM: return "out of locked memory for the ring (RLIMIT_MEMLOCK)";
-	default: return strerror(-err);
-	}
-}
-
 /* Newest flags first; EINVAL means "this kernel does not know a flag": try plainer ones. */
-static int ring_setup(struct uring *u, unsigned entries)
+static int ring_setup(struct perch_loop *loop, struct uring *u, unsigned entries)
 {
 	static const unsigned flag_sets[] = {
 		IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED,
@@ -146,7 +135,7 @@ static int ring_setup(struct uring *u, unsigned entries)
 		if (rc != -EINVAL)
 			break;
 	}
-	fprintf(stderr, "perch: io_uring refused: io_uring_queue_init: %s\n", refusal_cause(rc));
+	loop->be_refused_at = "io_uring_queue_init";
 	return rc;
 }
 
@@ -159,7 +148,7 @@ static void buf_add(struct uring *u, uint32_t bid, int offset)
 }
 
 /* liburing 2.3 has no io_uring_setup_buf_ring: map the ring ourselves and register it. */
-static int buf_ring_setup(struct uring *u, uint32_t count, uint32_t size)
+static int buf_ring_setup(struct perch_loop *loop, struct uring *u, uint32_t count, uint32_t size)
 {
 	long page = sysconf(_SC_PAGESIZE);
 	u->nbufs = count;
@@ -182,7 +171,7 @@ static int buf_ring_setup(struct uring *u, uint32_t count, uint32_t size)
 	};
 	int rc = io_uring_register_buf_ring(&u->ring, &reg, 0);
 	if (rc != 0) {
-		fprintf(stderr, "perch: io_uring refused the provided-buffer ring: %s\n", refusal_cause(rc));
+		loop->be_refused_at = "io_uring_register_buf_ring";
 		return rc;
 	}
 	for (uint32_t bid = 0; bid < count; bid++)
@@ -225,13 +214,13 @@ static int uring_init(struct perch_loop *loop, const struct perch_loop_opts *opt
 	struct uring *u = calloc(1, sizeof(*u));
 	if (!u)
 		return -ENOMEM;
-	int rc = ring_setup(u, opts->sq_entries);
+	int rc = ring_setup(loop, u, opts->sq_entries);
 	if (rc != 0) {
 		free(u);
 		return rc;
 	}
 	loop->be_state = u;
-	rc = buf_ring_setup(u, opts->buf_count, opts->buf_size);
+	rc = buf_ring_setup(loop, u, opts->buf_count, opts->buf_size);
 	if (rc != 0) {
 		uring_destroy(loop);
 		return rc;

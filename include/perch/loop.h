@@ -1,4 +1,4 @@
-/* perch/loop.h: one event loop per thread (io_uring), its TCP listeners and outbound connects. */
+/* perch/loop.h: one event loop per thread (io_uring or epoll), its TCP listeners and outbound connects. */
 #ifndef PERCH_LOOP_H
 #define PERCH_LOOP_H
 
@@ -23,11 +23,30 @@ enum perch_recv_mode {
 	PERCH_RECV_SINGLESHOT,     /* one recv per buffer, re-armed after each completion */
 };
 
+/*
+ * The kernel interface a loop runs on. Both give the same behaviour
+ * (doc/loop.md); epoll is for kernels, containers or seccomp profiles that
+ * refuse io_uring.
+ */
+enum perch_backend {
+	PERCH_BACKEND_DEFAULT = 0, /* $PERCH_BACKEND ("uring" or "epoll") if set, else io_uring,
+				    * falling back to epoll (one stderr line) when io_uring is refused */
+	PERCH_BACKEND_URING,       /* io_uring only: a refusal fails perch_loop_new */
+	PERCH_BACKEND_EPOLL,       /* epoll */
+};
+
+/* read_budget value: no per-turn bound (for measurements; a flood then holds the loop). */
+#define PERCH_READ_BUDGET_UNBOUNDED UINT32_MAX
+
 /* Loop options; a zeroed struct (or NULL) means every default. */
 struct perch_loop_opts {
-	uint32_t sq_entries;       /* submission queue size; 0: 256 */
-	uint32_t buf_count;        /* provided receive buffers, a power of two <= 32768; 0: 512 */
+	uint32_t sq_entries;       /* io_uring submission queue size; 0: 256 */
+	uint32_t buf_count;        /* receive buffers (io_uring's provided ring, epoll's pool),
+				    * a power of two <= 32768; 0: 512 */
 	uint32_t buf_size;         /* bytes per receive buffer, <= 1 MiB; 0: 16 KiB */
+	enum perch_backend backend; /* PERCH_BACKEND env overrides only DEFAULT */
+	uint32_t read_budget;      /* epoll: bytes one connection reads in one turn before the
+				    * others get theirs; 0: 64 KiB; PERCH_READ_BUDGET_UNBOUNDED */
 };
 
 /* Per-connection options; a zeroed struct (or NULL) means every default. */
@@ -57,13 +76,20 @@ typedef void (*perch_connect_fn)(struct perch_loop *loop, struct perch_conn *c, 
 /* ---- The loop. new/free/run on the owning thread; stop and post from any thread. ---- */
 
 /*
- * Creates a loop. The ring is bound to the first thread that runs it;
- * every later run, and perch_loop_free, must happen on that thread.
- * Returns 0 with *out set; -EINVAL for a NULL out or a bad option;
- * -EPERM, -ENOSYS or -ENOMEM when the kernel refuses io_uring or its
- * memory (one line on stderr names the cause); -ENOMEM.
+ * Creates a loop. It is bound to the first thread that runs it; every
+ * later run, and perch_loop_free, must happen on that thread. With the
+ * default backend, an io_uring refused by the kernel (EPERM, ENOSYS,
+ * ENOMEM) falls back to epoll with one stderr line naming the reason.
+ * Returns 0 with *out set; -EINVAL for a NULL out, a bad option or a
+ * PERCH_BACKEND that is neither "uring" nor "epoll"; -EPERM, -ENOSYS or
+ * -ENOMEM when io_uring was asked for explicitly (option or environment)
+ * and the kernel refuses it or its memory (one stderr line names the
+ * cause); epoll_create1's error; -ENOMEM.
  */
 PERCH_API int perch_loop_new(const struct perch_loop_opts *opts, struct perch_loop **out);
+
+/* The backend the loop runs on: "io_uring" or "epoll" (NULL for NULL). Any thread. */
+PERCH_API const char *perch_loop_backend_name(const struct perch_loop *loop);
 
 /*
  * Runs turns until perch_loop_stop. Returns 0 after a stop, or a negative
