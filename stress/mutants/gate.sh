@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# stress/mutants/gate.sh: proves the race suite catches every known-wrong variant of the protocols.
+# stress/mutants/gate.sh: proves the race suite (or a named cmocka test) catches every known-wrong variant.
 #
 # Usage: gate.sh [SRCDIR]   (PERCH_STRESS_ROUNDS sets the rounds per race; default 200000;
 #                           PERCH_GATE_ONLY=GLOB checks only the matching mutants)
@@ -7,7 +7,12 @@
 # that the real code passes, then applies each stress/mutants/*.patch in
 # turn, rebuilds, and requires the suite to fail (each race stops at its
 # first broken round, PERCH_STRESS_FAILFAST=1, so a caught mutant is
-# cheap). Exits 1 unless every mutant is caught and the real code passes.
+# cheap). A patch whose header says "# Caught by test: PROGRAM [TEST]"
+# (e.g. tests/test_epoll a_yielded_...) is judged by that cmocka program
+# instead: it must pass on the real code and fail with the patch (TEST,
+# when given, runs first on its own through PERCH_TEST_FILTER; then the
+# whole program). Exits 1 unless every mutant is caught and the real code
+# passes.
 set -euo pipefail
 
 src=$(cd "${1:-$(dirname "$0")/../..}" && pwd)
@@ -18,6 +23,7 @@ named_factor=${PERCH_GATE_NAMED_FACTOR:-5}
 per_run_limit=${PERCH_GATE_TIMEOUT:-900}
 # PERCH_GATE_ONLY=GLOB: only the mutants whose file name matches (a quick check of new ones).
 only=${PERCH_GATE_ONLY:-*}
+test_limit=${PERCH_GATE_TEST_TIMEOUT:-120}
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/perch-mutants.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 
@@ -61,6 +67,50 @@ first_named_race() {
 	sed -nE 's/^# Caught by: ([^(,]*[^ (,]).*/\1/p' "$1" | sed 's/\.$//' | head -n 1
 }
 
+# A patch's "Caught by test:" line: "PROGRAM [TEST]", or nothing.
+named_test() {
+	sed -nE 's/^# Caught by test: ([^ ]+)( +([^ ]+))? *$/\1 \3/p' "$1" | head -n 1
+}
+
+# Builds and runs cmocka program $1 (only the tests matching $2 when given);
+# leaves its exit status in $test_rc (255: it did not build), output in run.log.
+run_test() {
+	set +e
+	if ! make -C "$scratch/b" -j"$(nproc)" "$1" >"$scratch/build.log" 2>&1; then
+		test_rc=255
+	else
+		PERCH_TEST_FILTER=${2:-} timeout "$test_limit" "$scratch/b/$1" >"$scratch/run.log" 2>&1
+		test_rc=$?
+	fi
+	set -e
+}
+
+# What the failing cmocka run said: its failed tests and first error line.
+test_failure() {
+	[ "$test_rc" -eq 124 ] && echo "(hung: timed out)"
+	[ "$test_rc" -gt 128 ] && [ "$test_rc" -ne 255 ] && echo "(crashed: signal $((test_rc - 128)))"
+	sed -nE 's/^\[  FAILED  \] ([a-z_0-9]+)$/\1/p' "$scratch/run.log" | sort -u |
+		awk 'NR <= 3; END { if (NR > 3) print "(+" NR - 3 " more failed)" }'
+	grep -m1 -E '^\[  (ERROR|FAILED) +\] ---' "$scratch/run.log" | sed 's/^\[ *[A-Z]* *\] --- //'
+}
+
+# A mutant judged by a cmocka program: prints its verdict line; returns 1 when missed.
+judge_by_test() {
+	local name=$1 program=$2 filter=${3:-} how
+	run_test "$program" "$filter"
+	if [ "$test_rc" -eq 255 ]; then
+		printf '%-50s %s\n' "$name" "DOES NOT BUILD"; return 1
+	fi
+	if [ "$test_rc" -eq 0 ] && [ -n "$filter" ]; then
+		run_test "$program" # the named test missed it: try the whole program
+	fi
+	if [ "$test_rc" -eq 0 ]; then
+		printf '%-50s %s\n' "$name" "MISSED ($program passes)"; return 1
+	fi
+	how=$(test_failure | paste -sd ';' | sed 's/;/; /g')
+	printf '%-50s caught by: %s: %s\n' "$name" "$program" "$how"
+}
+
 copy_tree
 (cd "$scratch" && { [ -x configure ] || autoreconf -fi >/dev/null 2>&1; })
 mkdir -p "$scratch/b"
@@ -72,7 +122,18 @@ run_suite 0
 if [ "$suite_rc" -ne 0 ]; then
 	echo "gate: the real code FAILS the race suite:"; cat "$scratch/run.log"; exit 1
 fi
-printf '%-50s %s\n' "real code" "passes"
+# Every program a mutant names must pass on the real code, or its failure proves nothing.
+for program in $(for patch in "$src"/stress/mutants/*.patch; do
+	# shellcheck disable=SC2254
+	case $(basename "$patch" .patch) in $only) named_test "$patch" ;; esac
+done | awk '{print $1}' | sort -u); do
+	run_test "$program"
+	if [ "$test_rc" -ne 0 ]; then
+		echo "gate: the real code FAILS $program:"; cat "$scratch/build.log" "$scratch/run.log"; exit 1
+	fi
+	tests_named="${tests_named:-} $program"
+done
+printf '%-50s %s\n' "real code" "passes (race suite${tests_named:+,$tests_named})"
 
 missed=0 total=0
 for patch in "$src"/stress/mutants/*.patch; do
@@ -83,7 +144,11 @@ for patch in "$src"/stress/mutants/*.patch; do
 	if ! patch -s --fuzz=0 -p1 -d "$scratch" <"$patch"; then
 		printf '%-50s %s\n' "$name" "DOES NOT APPLY"; missed=$((missed + 1)); continue
 	fi
-	if ! build_suite; then
+	by_test=$(named_test "$patch")
+	if [ -n "$by_test" ]; then
+		# shellcheck disable=SC2086 # "PROGRAM [TEST]": two words
+		judge_by_test "$name" $by_test || missed=$((missed + 1))
+	elif ! build_suite; then
 		printf '%-50s %s\n' "$name" "DOES NOT BUILD"; missed=$((missed + 1))
 	else
 		named=$(first_named_race "$patch")
