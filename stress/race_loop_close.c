@@ -128,6 +128,8 @@ static void *lc_create(void)
 	}
 	s->port = perch_listener_port(s->ls);
 	s->next = POOL;
+	/* PERCH_BACKEND picks the backend: ./dev test runs these races on each. */
+	fprintf(stderr, "race_loop_close: on %s\n", perch_loop_backend_name(s->l.loop));
 	return s;
 }
 

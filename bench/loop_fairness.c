@@ -1,0 +1,224 @@
+/* bench/loop_fairness.c: a flooding connection and a light one on the same loop: the light one's latency and the flood's throughput, with and without the epoll read budget.
+ *
+ * Build (from the repo, after ./dev build build):
+ *   gcc -O2 -Iinclude -Ilib -Ibuild -Itests bench/loop_fairness.c build/.libs/libperch.a -luring -lck -lpthread -o /tmp/loop_fairness
+ * Run: /tmp/loop_fairness [ROUNDS [SECONDS [BACKEND]]]   (default 3 rounds of 3 s, epoll)
+ *
+ * One loop (one thread) serves two connections. A writes 'F' bytes in 64 KiB
+ * writes as fast as its socket takes them (a deep pipeline of requests that
+ * need no answer); the server consumes them. B sends one 'Q' every 5 ms and
+ * waits for the server's 'R': its round trip is B's latency. Each round runs
+ * two arms back to back, the default budget (64 KiB) and
+ * PERCH_READ_BUDGET_UNBOUNDED, in alternating order; each arm is a fresh
+ * loop. Loopback only; bounded in time; stops by itself.
+ */
+#include <netinet/tcp.h>
+#include <stdio.h>
+
+#include "loop_util.h"
+
+#define B_PERIOD_US 5000
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- the server: consumes everything, answers each 'Q' with an 'R' ---- */
+
+struct srv_conn {
+	struct perch_recv_listener rl;
+	struct perch_flush_listener fl;
+	struct perch_conn *c;
+	uint64_t consumed;            /* loop thread only; read after the loop stopped */
+	struct srv_conn *next;
+};
+
+struct srv {
+	struct lu_loop l;
+	struct perch_listener *ls;
+	struct srv_conn *conns;
+};
+
+static uint64_t noop_parking_r(struct perch_recv_listener *l, struct perch_conn *c) { return 0; }
+static uint64_t noop_parking_f(struct perch_flush_listener *l, struct perch_conn *c) { return 0; }
+
+static void srv_pump(struct srv_conn *sc)
+{
+	for (;;) {
+		struct perch_read_result r;
+		int rc = perch_conn_try_read_or_park(sc->c, &sc->rl, &r);
+		if (rc != 0 || r.closed || r.error || (r.completed && r.len == 0))
+			return;
+		size_t off = r.first_off, left = r.len, answers = 0;
+		for (struct perch_seg *s = r.first; s && left; s = s->next, off = 0) {
+			size_t n = s->len - off < left ? s->len - off : left;
+			for (const uint8_t *p = s->data + off, *end = p + n;
+			     (p = memchr(p, 'Q', (size_t)(end - p))) != NULL; p++)
+				answers++;
+			left -= n;
+		}
+		sc->consumed += r.len;
+		perch_conn_advance(sc->c, r.len, r.len);
+		for (size_t i = 0; i < answers; i++)
+			perch_conn_write(sc->c, "R", 1);
+		if (answers && perch_conn_try_flush_or_park(sc->c, &sc->fl) == PERCH_PENDING)
+			return; /* srv_flushed pumps again */
+	}
+}
+
+static void srv_ready(struct perch_recv_listener *l, struct perch_conn *c, uint64_t cookie)
+{
+	srv_pump((struct srv_conn *)((char *)l - offsetof(struct srv_conn, rl)));
+}
+
+static void srv_flushed(struct perch_flush_listener *l, struct perch_conn *c, uint64_t cookie, int result)
+{
+	if (result == 0)
+		srv_pump((struct srv_conn *)((char *)l - offsetof(struct srv_conn, fl)));
+}
+
+static void srv_accept(struct perch_listener *ls, struct perch_conn *c, void *arg)
+{
+	struct srv *sv = arg;
+	struct srv_conn *sc = calloc(1, sizeof(*sc));
+	sc->rl = (struct perch_recv_listener){ noop_parking_r, srv_ready };
+	sc->fl = (struct perch_flush_listener){ noop_parking_f, srv_flushed };
+	sc->c = c;
+	sc->next = sv->conns;
+	sv->conns = sc;
+	srv_pump(sc);
+}
+
+/* On the loop thread: close and release every server conn (their listeners stay valid until freed). */
+static void srv_close_all(void *arg)
+{
+	struct srv *sv = arg;
+	for (struct srv_conn *sc = sv->conns; sc; sc = sc->next) {
+		perch_conn_close(sc->c);
+		perch_conn_release(sc->c);
+	}
+}
+
+/* ---- the clients ---- */
+
+struct flood {
+	int fd;
+	volatile int stop;
+	pthread_t th;
+};
+
+static void *flood_main(void *p)
+{
+	struct flood *f = p;
+	static uint8_t buf[65536];
+	memset(buf, 'F', sizeof(buf));
+	while (!f->stop)
+		if (!lu_write_all(f->fd, buf, sizeof(buf)))
+			break;
+	return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+struct arm_result {
+	double p50_ms, p99_ms, max_ms, a_mib_s;
+	int samples;
+};
+
+/* One arm: a fresh loop with `budget`, A flooding, B timing a request every 5 ms for `secs`. */
+static struct arm_result run_arm(enum perch_backend backend, uint32_t budget, double secs)
+{
+	struct perch_loop_opts lo = { .backend = backend, .read_budget = budget };
+	struct srv sv = { .conns = NULL };
+	if (lu_start(&sv.l, &lo) != 0 ||
+	    perch_listen(sv.l.loop, "127.0.0.1", 0, NULL, srv_accept, &sv, &sv.ls) != 0) {
+		fprintf(stderr, "loop_fairness: no loop or listener\n");
+		exit(1);
+	}
+	int port = perch_listener_port(sv.ls);
+	struct flood a = { .fd = lu_plain_connect(port) };
+	int b = lu_plain_connect(port);
+	struct timeval tv = { 5, 0 };
+	setsockopt(b, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	int one = 1;
+	setsockopt(b, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	pthread_create(&a.th, NULL, flood_main, &a);
+	int cap = (int)(secs * 1e6 / B_PERIOD_US) + 16, n = 0;
+	double *lat = malloc((size_t)cap * sizeof(*lat));
+	double t0 = now_s(), next = t0;
+	while (now_s() - t0 < secs && n < cap) {
+		next += B_PERIOD_US / 1e6;
+		double start = now_s();
+		char q = 'Q', r = 0;
+		if (write(b, &q, 1) != 1 || read(b, &r, 1) != 1 || r != 'R') {
+			fprintf(stderr, "loop_fairness: B lost its answer\n");
+			exit(1);
+		}
+		lat[n++] = (now_s() - start) * 1e3;
+		double wait = next - now_s();
+		if (wait > 0)
+			usleep((useconds_t)(wait * 1e6));
+	}
+	double elapsed = now_s() - t0;
+	a.stop = 1;
+	shutdown(a.fd, SHUT_RDWR); /* unblocks a write stuck on a full socket */
+	pthread_join(a.th, NULL);
+	close(a.fd);
+	close(b);
+	lu_on_loop(&sv.l, srv_close_all, &sv); /* the conns go before the loop that owns their buffers */
+	lu_stop(&sv.l);
+	uint64_t flood_bytes = 0;
+	for (struct srv_conn *sc = sv.conns, *next; sc; sc = next) {
+		next = sc->next;
+		if (sc->consumed > flood_bytes)
+			flood_bytes = sc->consumed;
+		free(sc);
+	}
+	qsort(lat, (size_t)n, sizeof(*lat), cmp_double);
+	struct arm_result res = {
+		.p50_ms = lat[n / 2],
+		.p99_ms = lat[(int)(n * 0.99)],
+		.max_ms = lat[n - 1],
+		.a_mib_s = (double)flood_bytes / elapsed / (1 << 20),
+		.samples = n,
+	};
+	free(lat);
+	return res;
+}
+
+static void print_arm(const char *name, int round, struct arm_result r)
+{
+	printf("round %d  %-10s B p50 %7.3f ms  p99 %7.3f ms  max %8.3f ms  (%d samples)  A %7.0f MiB/s\n",
+	       round, name, r.p50_ms, r.p99_ms, r.max_ms, r.samples, r.a_mib_s);
+	fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+	int rounds = argc > 1 ? atoi(argv[1]) : 3;
+	double secs = argc > 2 ? atof(argv[2]) : 3.0;
+	enum perch_backend backend = argc > 3 && strcmp(argv[3], "uring") == 0 ? PERCH_BACKEND_URING
+									      : PERCH_BACKEND_EPOLL;
+	if (rounds < 1 || rounds > 20 || secs <= 0 || secs > 30) {
+		fprintf(stderr, "usage: loop_fairness [ROUNDS 1..20 [SECONDS 0..30 [epoll|uring]]]\n");
+		return 2;
+	}
+	printf("backend %s, %d rounds of %.1f s per arm; B sends one request every %d ms\n",
+	       backend == PERCH_BACKEND_URING ? "io_uring" : "epoll", rounds, secs, B_PERIOD_US / 1000);
+	for (int i = 0; i < rounds; i++) {
+		/* Alternate which arm goes first, so drift in the machine's load hits both. */
+		for (int k = 0; k < 2; k++) {
+			bool budget = (k == 0) == (i % 2 == 0);
+			struct arm_result r = run_arm(backend, budget ? 0 : PERCH_READ_BUDGET_UNBOUNDED, secs);
+			print_arm(budget ? "budget" : "unbounded", i + 1, r);
+		}
+	}
+	return 0;
+}
