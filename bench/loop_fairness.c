@@ -7,12 +7,14 @@
  * One loop (one thread) serves two connections. A writes 'F' bytes in 64 KiB
  * writes as fast as its socket takes them (a deep pipeline of requests that
  * need no answer); the server consumes them. B sends one 'Q' every 5 ms and
- * waits for the server's 'R': its round trip is B's latency. Each round runs
+ * waits for the server's 'R': its round trip is B's latency. C does what B
+ * does on a second loop, the control: its latency is the machine's. Each round runs
  * two arms back to back, the default budget (64 KiB) and
  * PERCH_READ_BUDGET_UNBOUNDED, in alternating order; each arm is a fresh
  * loop. Loopback only; bounded in time; stops by itself.
  */
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <stdio.h>
 
 #include "loop_util.h"
@@ -127,76 +129,126 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-struct arm_result {
-	double p50_ms, p99_ms, max_ms, a_mib_s;
+struct lat {
+	double p50_ms, p99_ms, max_ms;
 	int samples;
 };
 
-/* One arm: a fresh loop with `budget`, A flooding, B timing a request every 5 ms for `secs`. */
-static struct arm_result run_arm(enum perch_backend backend, uint32_t budget, double secs)
+struct arm_result {
+	struct lat b, c;
+	double a_mib_s;
+};
+
+/* A light client: one request every 5 ms for `secs`, each round trip timed. */
+struct pinger {
+	int fd;
+	double secs;
+	double *ms;
+	int n;
+	pthread_t th;
+};
+
+static void *pinger_main(void *p)
 {
-	struct perch_loop_opts lo = { .backend = backend, .read_budget = budget };
-	struct srv sv = { .conns = NULL };
-	if (lu_start(&sv.l, &lo) != 0 ||
-	    perch_listen(sv.l.loop, "127.0.0.1", 0, NULL, srv_accept, &sv, &sv.ls) != 0) {
-		fprintf(stderr, "loop_fairness: no loop or listener\n");
-		exit(1);
-	}
-	int port = perch_listener_port(sv.ls);
-	struct flood a = { .fd = lu_plain_connect(port) };
-	int b = lu_plain_connect(port);
-	struct timeval tv = { 5, 0 };
-	setsockopt(b, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	int one = 1;
-	setsockopt(b, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	pthread_create(&a.th, NULL, flood_main, &a);
-	int cap = (int)(secs * 1e6 / B_PERIOD_US) + 16, n = 0;
-	double *lat = malloc((size_t)cap * sizeof(*lat));
+	struct pinger *pg = p;
+	int cap = (int)(pg->secs * 1e6 / B_PERIOD_US) + 16;
+	pg->ms = malloc((size_t)cap * sizeof(*pg->ms));
 	double t0 = now_s(), next = t0;
-	while (now_s() - t0 < secs && n < cap) {
+	while (now_s() - t0 < pg->secs && pg->n < cap) {
 		next += B_PERIOD_US / 1e6;
 		double start = now_s();
 		char q = 'Q', r = 0;
-		if (write(b, &q, 1) != 1 || read(b, &r, 1) != 1 || r != 'R') {
-			fprintf(stderr, "loop_fairness: B lost its answer\n");
+		if (write(pg->fd, &q, 1) != 1 || read(pg->fd, &r, 1) != 1 || r != 'R') {
+			fprintf(stderr, "loop_fairness: a request lost its answer\n");
 			exit(1);
 		}
-		lat[n++] = (now_s() - start) * 1e3;
+		pg->ms[pg->n++] = (now_s() - start) * 1e3;
 		double wait = next - now_s();
 		if (wait > 0)
 			usleep((useconds_t)(wait * 1e6));
 	}
+	return NULL;
+}
+
+static void pinger_start(struct pinger *pg, int port, double secs)
+{
+	pg->fd = lu_plain_connect(port);
+	pg->secs = secs;
+	struct timeval tv = { 5, 0 };
+	setsockopt(pg->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	int one = 1;
+	setsockopt(pg->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	pthread_create(&pg->th, NULL, pinger_main, pg);
+}
+
+static struct lat pinger_end(struct pinger *pg)
+{
+	pthread_join(pg->th, NULL);
+	close(pg->fd);
+	qsort(pg->ms, (size_t)pg->n, sizeof(*pg->ms), cmp_double);
+	struct lat l = { pg->ms[pg->n / 2], pg->ms[(int)(pg->n * 0.99)], pg->ms[pg->n - 1], pg->n };
+	free(pg->ms);
+	return l;
+}
+
+static void srv_start(struct srv *sv, enum perch_backend backend, uint32_t budget)
+{
+	struct perch_loop_opts lo = { .backend = backend, .read_budget = budget };
+	sv->conns = NULL;
+	if (lu_start(&sv->l, &lo) != 0 ||
+	    perch_listen(sv->l.loop, "127.0.0.1", 0, NULL, srv_accept, sv, &sv->ls) != 0) {
+		fprintf(stderr, "loop_fairness: no loop or listener\n");
+		exit(1);
+	}
+}
+
+/* Stops the server; returns the most bytes one of its conns consumed. */
+static uint64_t srv_end(struct srv *sv)
+{
+	lu_on_loop(&sv->l, srv_close_all, sv); /* the conns go before the loop that owns their buffers */
+	lu_stop(&sv->l);
+	uint64_t most = 0;
+	for (struct srv_conn *sc = sv->conns, *next; sc; sc = next) {
+		next = sc->next;
+		if (sc->consumed > most)
+			most = sc->consumed;
+		free(sc);
+	}
+	return most;
+}
+
+/*
+ * One arm: a fresh loop with `budget` serving A (flooding) and B; C on a
+ * second loop of its own is the control: what C sees is the machine (two
+ * CPUs shared by every thread here), not the first loop.
+ */
+static struct arm_result run_arm(enum perch_backend backend, uint32_t budget, double secs)
+{
+	struct srv sv, control;
+	srv_start(&sv, backend, budget);
+	srv_start(&control, backend, 0);
+	struct flood a = { .fd = lu_plain_connect(perch_listener_port(sv.ls)) };
+	struct pinger b = { 0 }, c = { 0 };
+	double t0 = now_s();
+	pthread_create(&a.th, NULL, flood_main, &a);
+	pinger_start(&b, perch_listener_port(sv.ls), secs);
+	pinger_start(&c, perch_listener_port(control.ls), secs);
+	struct arm_result res = { .b = pinger_end(&b), .c = pinger_end(&c) };
 	double elapsed = now_s() - t0;
 	a.stop = 1;
 	shutdown(a.fd, SHUT_RDWR); /* unblocks a write stuck on a full socket */
 	pthread_join(a.th, NULL);
 	close(a.fd);
-	close(b);
-	lu_on_loop(&sv.l, srv_close_all, &sv); /* the conns go before the loop that owns their buffers */
-	lu_stop(&sv.l);
-	uint64_t flood_bytes = 0;
-	for (struct srv_conn *sc = sv.conns, *next; sc; sc = next) {
-		next = sc->next;
-		if (sc->consumed > flood_bytes)
-			flood_bytes = sc->consumed;
-		free(sc);
-	}
-	qsort(lat, (size_t)n, sizeof(*lat), cmp_double);
-	struct arm_result res = {
-		.p50_ms = lat[n / 2],
-		.p99_ms = lat[(int)(n * 0.99)],
-		.max_ms = lat[n - 1],
-		.a_mib_s = (double)flood_bytes / elapsed / (1 << 20),
-		.samples = n,
-	};
-	free(lat);
+	res.a_mib_s = (double)srv_end(&sv) / elapsed / (1 << 20);
+	srv_end(&control);
 	return res;
 }
 
 static void print_arm(const char *name, int round, struct arm_result r)
 {
-	printf("round %d  %-10s B p50 %7.3f ms  p99 %7.3f ms  max %8.3f ms  (%d samples)  A %7.0f MiB/s\n",
-	       round, name, r.p50_ms, r.p99_ms, r.max_ms, r.samples, r.a_mib_s);
+	printf("round %d  %-9s B p50 %6.3f p99 %7.3f max %8.3f ms (%d)  C p50 %6.3f p99 %7.3f max %7.3f ms  A %5.0f MiB/s\n",
+	       round, name, r.b.p50_ms, r.b.p99_ms, r.b.max_ms, r.b.samples, r.c.p50_ms, r.c.p99_ms,
+	       r.c.max_ms, r.a_mib_s);
 	fflush(stdout);
 }
 
@@ -210,6 +262,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: loop_fairness [ROUNDS 1..20 [SECONDS 0..30 [epoll|uring]]]\n");
 		return 2;
 	}
+	signal(SIGPIPE, SIG_IGN); /* A's last write meets its own shutdown */
 	printf("backend %s, %d rounds of %.1f s per arm; B sends one request every %d ms\n",
 	       backend == PERCH_BACKEND_URING ? "io_uring" : "epoll", rounds, secs, B_PERIOD_US / 1000);
 	for (int i = 0; i < rounds; i++) {
