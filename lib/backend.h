@@ -163,6 +163,15 @@ struct perch_loop {
 
 /* ---- loop services for backends (loop thread) ---- */
 
+/* Connections waiting for a receive buffer, first parked first served (linked through bk_next). */
+struct perch__park_list {
+	struct perch__sock *head, *tail;
+};
+/* Appends s at the tail. */
+void perch__park_push(struct perch__park_list *l, struct perch__sock *s);
+/* Takes s out wherever it is; false when it was not on the list. */
+bool perch__park_remove(struct perch__park_list *l, struct perch__sock *s);
+
 /* The socket at slot/gen, or NULL when that generation has left the table. */
 struct perch__sock *perch__loop_sock(struct perch_loop *loop, uint32_t slot, uint32_t gen);
 /* The wake eventfd was readable: runs posted work. */

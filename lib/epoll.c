@@ -33,7 +33,7 @@ struct ep {
 	struct perch__rxseg *segs;   /* one per buffer id */
 	uint32_t *free_ids;          /* a stack: the buffer used last is reused first (warm) */
 	uint32_t nfree, nbufs, buf_size;
-	struct perch__sock *park_head, *park_tail; /* no buffer: first parked, first served */
+	struct perch__park_list parked; /* no buffer: first parked, first served */
 	struct perch__sock *pend_head, *pend_tail; /* sockets with bk_pend set, in order */
 	struct epoll_event events[MAX_EVENTS];
 };
@@ -185,30 +185,15 @@ static void buf_put(struct ep *e, struct perch__rxseg *rs)
 static void park(struct ep *e, struct perch__sock *s)
 {
 	s->bk_flags |= F_PARKED;
-	s->bk_next = NULL;
-	if (e->park_tail)
-		e->park_tail->bk_next = s;
-	else
-		e->park_head = s;
-	e->park_tail = s;
+	perch__park_push(&e->parked, s);
 	s->loop->stats.enobufs_parks++;
 	set_interest(e, s); /* EPOLLIN off until a buffer is free for it */
 }
 
 static void unpark(struct ep *e, struct perch__sock *s)
 {
-	struct perch__sock **pp = &e->park_head, *prev = NULL;
-	while (*pp && *pp != s) {
-		prev = *pp;
-		pp = &(*pp)->bk_next;
-	}
-	if (!*pp)
-		return;
-	*pp = s->bk_next;
-	if (e->park_tail == s)
-		e->park_tail = prev;
-	s->bk_flags &= ~F_PARKED;
-	s->bk_next = NULL;
+	if (perch__park_remove(&e->parked, s))
+		s->bk_flags &= ~F_PARKED;
 }
 
 /*
@@ -219,8 +204,8 @@ static void unpark(struct ep *e, struct perch__sock *s)
 static void serve_parked(struct ep *e)
 {
 	uint32_t budget = e->nfree;
-	while (budget > 0 && e->park_head) {
-		struct perch__sock *s = e->park_head;
+	while (budget > 0 && e->parked.head) {
+		struct perch__sock *s = e->parked.head;
 		unpark(e, s);
 		if (reading(s)) {
 			set_interest(e, s);
@@ -558,7 +543,7 @@ static int epoll_poll(struct perch_loop *loop, int timeout_ms)
 		dispatch(loop, &e->events[i]);
 	done += run_pending(e);
 	/* A re-armed parked connection that took no buffer (a FIN) leaves it to the next one. */
-	if (e->park_head && e->nfree)
+	if (e->parked.head && e->nfree)
 		serve_parked(e);
 	return n + done;
 }

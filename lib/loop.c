@@ -211,6 +211,32 @@ struct perch__sock *perch__loop_sock(struct perch_loop *loop, uint32_t slot, uin
 	return loop->table[slot];
 }
 
+void perch__park_push(struct perch__park_list *l, struct perch__sock *s)
+{
+	s->bk_next = NULL;
+	if (l->tail)
+		l->tail->bk_next = s;
+	else
+		l->head = s;
+	l->tail = s;
+}
+
+bool perch__park_remove(struct perch__park_list *l, struct perch__sock *s)
+{
+	struct perch__sock **pp = &l->head, *prev = NULL;
+	while (*pp && *pp != s) {
+		prev = *pp;
+		pp = &(*pp)->bk_next;
+	}
+	if (!*pp)
+		return false;
+	*pp = s->bk_next;
+	if (l->tail == s)
+		l->tail = prev;
+	s->bk_next = NULL;
+	return true;
+}
+
 /* ================= sockets: options, creation, close ================= */
 
 static int resolve_opts(const struct perch_conn_opts *in, struct perch_conn_opts *out)

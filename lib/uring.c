@@ -37,7 +37,7 @@ struct uring {
 	struct perch__rxseg *segs;   /* one per buffer id */
 	uint32_t nbufs, buf_size, mask;
 	uint32_t ring_free;          /* buffers in the ring now */
-	struct perch__sock *park_head, *park_tail; /* ENOBUFS, FIFO: first parked, first served */
+	struct perch__park_list parked; /* ENOBUFS, FIFO: first parked, first served */
 	uint64_t wake_val;
 	struct cqe_copy *backlog;    /* CQEs taken off a full CQ to free it, not yet dispatched */
 	size_t nbacklog, capbacklog;
@@ -235,28 +235,13 @@ static int uring_init(struct perch_loop *loop, const struct perch_loop_opts *opt
 static void park(struct uring *u, struct perch__sock *s)
 {
 	s->bk_flags |= F_PARKED;
-	s->bk_next = NULL;
-	if (u->park_tail)
-		u->park_tail->bk_next = s;
-	else
-		u->park_head = s;
-	u->park_tail = s;
+	perch__park_push(&u->parked, s);
 }
 
 static void unpark(struct uring *u, struct perch__sock *s)
 {
-	struct perch__sock **pp = &u->park_head, *prev = NULL;
-	while (*pp && *pp != s) {
-		prev = *pp;
-		pp = &(*pp)->bk_next;
-	}
-	if (!*pp)
-		return;
-	*pp = s->bk_next;
-	if (u->park_tail == s)
-		u->park_tail = prev;
-	s->bk_flags &= ~F_PARKED;
-	s->bk_next = NULL;
+	if (perch__park_remove(&u->parked, s))
+		s->bk_flags &= ~F_PARKED;
 }
 
 static void uring_recv_arm(struct perch__sock *s);
@@ -272,8 +257,8 @@ static void uring_recv_arm(struct perch__sock *s);
 static void serve_parked(struct uring *u)
 {
 	uint32_t budget = u->ring_free;
-	while (budget > 0 && u->park_head) {
-		struct perch__sock *s = u->park_head;
+	while (budget > 0 && u->parked.head) {
+		struct perch__sock *s = u->parked.head;
 		unpark(u, s);
 		if (perch__loop_recv_wanted(s)) {
 			uring_recv_arm(s);
@@ -433,7 +418,7 @@ static void on_recv(struct uring *u, struct perch__sock *s, int res, uint32_t fl
 	 * A recv ended (perhaps one serve_parked re-armed, counting on it to
 	 * take a buffer) and a buffer is free: the next parked one may have it.
 	 */
-	if (last && u->park_head && u->ring_free > 0)
+	if (last && u->parked.head && u->ring_free > 0)
 		serve_parked(u);
 }
 

@@ -312,6 +312,27 @@ static inline void lu_echo_accept(struct perch_listener *ls, struct perch_conn *
 	lu_echo_pump(e);
 }
 
+/* A flush listener that counts its deliveries and posts `done` for each. */
+struct counted_flush {
+	struct perch_flush_listener fl;
+	uint32_t deliveries;
+	int result;
+	sem_t done;
+};
+
+static inline uint64_t counted_flush_parking(struct perch_flush_listener *l, struct perch_conn *c)
+{
+	return 0;
+}
+
+static inline void counted_flush_done(struct perch_flush_listener *l, struct perch_conn *c, uint64_t cookie, int result)
+{
+	struct counted_flush *f = (struct counted_flush *)l;
+	f->result = result;
+	perch__faa_u32(&f->deliveries, 1);
+	sem_post(&f->done);
+}
+
 /* ---- plain sockets and descriptors ---- */
 
 /* A blocking client socket connected to 127.0.0.1:port, or -1. */

@@ -246,24 +246,6 @@ static void a_half_close_after_a_yielded_turn_ends_the_stream_after_every_byte(v
 	fx_close(&f);
 }
 
-struct flush_wait {
-	struct perch_flush_listener fl;
-	int result;
-	sem_t done;
-};
-
-static uint64_t flush_wait_parking(struct perch_flush_listener *l, struct perch_conn *c)
-{
-	return 0;
-}
-
-static void flush_wait_done(struct perch_flush_listener *l, struct perch_conn *c, uint64_t cookie, int result)
-{
-	struct flush_wait *w = (struct flush_wait *)l;
-	w->result = result;
-	sem_post(&w->done);
-}
-
 /* A plain reader thread draining the peer's side. */
 struct drain {
 	int fd;
@@ -294,7 +276,7 @@ static void a_yielded_turn_keeps_epollout_for_a_waiting_flush(void **state)
 	enum { OUT = 8 * 1024 * 1024 };
 	struct fx f;
 	fx_open(&f, 0, NULL);
-	struct flush_wait w = { .fl = { flush_wait_parking, flush_wait_done } };
+	struct counted_flush w = { .fl = { counted_flush_parking, counted_flush_done } };
 	sem_init(&w.done, 0, 0);
 	assert_int_equal(perch_conn_write(f.c, f.out, OUT), 0);
 	assert_int_equal(perch_conn_try_flush_or_park(f.c, &w.fl), PERCH_PENDING);
@@ -316,6 +298,7 @@ static void a_yielded_turn_keeps_epollout_for_a_waiting_flush(void **state)
 	pthread_create(&d.th, NULL, drain_main, &d);
 	assert_int_equal(lu_sem_wait(&w.done, LU_TIMEOUT_MS), 0);
 	assert_int_equal(w.result, 0);
+	assert_int_equal(perch__load_u32(&w.deliveries), 1);
 	pthread_join(d.th, NULL);
 	assert_int_equal(d.got, OUT);
 	sem_destroy(&w.done);

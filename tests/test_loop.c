@@ -721,27 +721,6 @@ static void *slow_reader_main(void *p)
 	return NULL;
 }
 
-/* A flush listener that counts its deliveries. */
-struct counted_flush {
-	struct perch_flush_listener fl;
-	uint32_t deliveries;
-	int result;
-	sem_t done;
-};
-
-static uint64_t counted_flush_parking(struct perch_flush_listener *l, struct perch_conn *c)
-{
-	return 0;
-}
-
-static void counted_flush_done(struct perch_flush_listener *l, struct perch_conn *c, uint64_t cookie, int result)
-{
-	struct counted_flush *f = (struct counted_flush *)l;
-	f->result = result;
-	perch__faa_u32(&f->deliveries, 1);
-	sem_post(&f->done);
-}
-
 /* A perch conn connected to a plain accepted socket; 8 MiB staged as 2048 x 4 KiB buffers. */
 struct big_send {
 	struct lu_loop l;
