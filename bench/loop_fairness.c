@@ -13,9 +13,11 @@
  * PERCH_READ_BUDGET_UNBOUNDED, in alternating order; each arm is a fresh
  * loop. Loopback only; bounded in time; stops by itself.
  */
+#define _GNU_SOURCE /* RUSAGE_THREAD */
 #include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
 
 #include "loop_util.h"
 
@@ -137,7 +139,17 @@ struct lat {
 struct arm_result {
 	struct lat b, c;
 	double a_mib_s;
+	double loop_cpu_us_per_mib;   /* the serving loop thread's CPU time per MiB consumed */
 };
+
+/* The calling thread's CPU time (user + system), in seconds. */
+static void thread_cpu(void *arg)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_THREAD, &ru);
+	*(double *)arg = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+			 (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
 
 /* A light client: one request every 5 ms for `secs`, each round trip timed. */
 struct pinger {
@@ -229,26 +241,31 @@ static struct arm_result run_arm(enum perch_backend backend, uint32_t budget, do
 	srv_start(&control, backend, 0);
 	struct flood a = { .fd = lu_plain_connect(perch_listener_port(sv.ls)) };
 	struct pinger b = { 0 }, c = { 0 };
+	double cpu0 = 0, cpu1 = 0;
+	lu_on_loop(&sv.l, thread_cpu, &cpu0);
 	double t0 = now_s();
 	pthread_create(&a.th, NULL, flood_main, &a);
 	pinger_start(&b, perch_listener_port(sv.ls), secs);
 	pinger_start(&c, perch_listener_port(control.ls), secs);
 	struct arm_result res = { .b = pinger_end(&b), .c = pinger_end(&c) };
 	double elapsed = now_s() - t0;
+	lu_on_loop(&sv.l, thread_cpu, &cpu1);
 	a.stop = 1;
 	shutdown(a.fd, SHUT_RDWR); /* unblocks a write stuck on a full socket */
 	pthread_join(a.th, NULL);
 	close(a.fd);
-	res.a_mib_s = (double)srv_end(&sv) / elapsed / (1 << 20);
+	double mib = (double)srv_end(&sv) / (1 << 20);
+	res.a_mib_s = mib / elapsed;
+	res.loop_cpu_us_per_mib = (cpu1 - cpu0) * 1e6 / mib;
 	srv_end(&control);
 	return res;
 }
 
 static void print_arm(const char *name, int round, struct arm_result r)
 {
-	printf("round %d  %-9s B p50 %6.3f p99 %7.3f max %8.3f ms (%d)  C p50 %6.3f p99 %7.3f max %7.3f ms  A %5.0f MiB/s\n",
+	printf("round %d  %-9s B p50 %6.3f p99 %7.3f max %8.3f ms (%d)  C p50 %6.3f p99 %7.3f max %7.3f ms  A %5.0f MiB/s, loop %4.0f us CPU/MiB\n",
 	       round, name, r.b.p50_ms, r.b.p99_ms, r.b.max_ms, r.b.samples, r.c.p50_ms, r.c.p99_ms,
-	       r.c.max_ms, r.a_mib_s);
+	       r.c.max_ms, r.a_mib_s, r.loop_cpu_us_per_mib);
 	fflush(stdout);
 }
 
