@@ -397,10 +397,9 @@ int serve_main(int argc, char **argv, const char *prog, serve_start_fn start, se
 		fprintf(stderr, "%s: cannot listen on %s:%d: %s\n", prog, o.host, o.port, strerror(-rc));
 		return 1;
 	}
-	const char *be = getenv("PERCH_BACKEND");
+	/* What the loop really runs: io_uring refused falls back to epoll (one line on stderr says why). */
 	printf("%s: listening on %s:%d, %d thread%s, backend %s\n", prog, o.host, serve_port(srv),
-	       o.threads, o.threads == 1 ? "" : "s",
-	       be && *be ? be : "default (PERCH_BACKEND unset)");
+	       o.threads, o.threads == 1 ? "" : "s", perch_loop_backend_name(srv->wk[0].loop));
 	fflush(stdout);
 	int sig;
 	while (sigwait(&set, &sig) != 0)
