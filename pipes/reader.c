@@ -25,16 +25,22 @@ static uint64_t reader_reparking(struct perch_recv_listener *l, struct perch_con
 	return perch__load_u64(&READER_OF(l, repark)->repark_cookie);
 }
 
+/* One step of a wait that lasts a moment: pause, and give the CPU away now and then. */
+static void wait_a_moment(unsigned *spins)
+{
+	if (++*spins % 64 == 0)
+		sched_yield();
+	else
+		perch__cpu_relax();
+}
+
 static void discard_all(struct perch_pipe_reader *r)
 {
 	/* Busy only while another side holds the slot for a moment; a parked read is canceled first. */
 	unsigned spins = 0;
 	while (perch__conn_discard(r->c) != 0) {
 		perch_conn_cancel_read(r->c);
-		if (++spins % 64 == 0)
-			sched_yield();
-		else
-			perch__cpu_relax();
+		wait_a_moment(&spins);
 	}
 }
 
@@ -198,10 +204,7 @@ void perch_pipe_reader_free(struct perch_pipe_reader *r)
 	 */
 	unsigned spins = 0;
 	while (reader_waiting(r))
-		if (++spins % 64 == 0)
-			sched_yield();
-		else
-			perch__cpu_relax();
+		wait_a_moment(&spins);
 	perch__conn_unref(r->c);
 	free(r);
 }
