@@ -198,13 +198,17 @@ int perch__mem_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *tas
 	struct perch__txbuf *chain = perch__conn_take_staged(w->c, &len);
 	if (chain && publish(w, chain) != 0)
 		return -ENOMEM;
-	/* Published, then looked: a reader that completed meanwhile discards what it did not see. */
+	/*
+	 * Published, then looked: a reader that completed meanwhile discards
+	 * what it did not see. Room first, then the reader's end: complete()
+	 * marks the end before its discard makes room, so room that the
+	 * discard made is never taken for a consume.
+	 */
 	perch__fence_rmw_then_load();
+	bool room = perch__load_u64(&mp->unread) < mp->pause;
 	if (perch__load_u32(&mp->reader_done))
 		return -EPIPE;
-	if (perch__load_u64(&mp->unread) < mp->pause)
-		return 0;
-	return wait_for_room(mp, task);
+	return room ? 0 : wait_for_room(mp, task);
 }
 
 void perch__mem_writer_completed(struct perch_pipe_writer *w)
