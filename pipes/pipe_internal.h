@@ -23,7 +23,6 @@ struct perch_pipe_reader {
 	struct perch_conn *c;
 	struct perch__mem_pipe *mem;      /* the in-memory pipe this reads, or NULL */
 	struct perch_vtask vt;
-	uint32_t token;                   /* the version the last on_parking readied (reading thread) */
 	uint32_t parked_token;            /* the version of the last read that parked (reading thread) */
 	uint64_t repark_cookie;           /* the version a re-park keeps (delivering thread) */
 	uint32_t state;                   /* READER_COMPLETED | READER_FREEING */
@@ -41,14 +40,17 @@ struct perch_pipe_reader {
 #define WRITER_ARMED   2u
 #define WRITER_FREEING 0x80000000u  /* a free is under way: a free from a continuation it runs is ignored */
 
+/* Why a writer call leaves the fast path: one load answers both. */
+#define WRITER_GATE_COMPLETED 1u
+#define WRITER_GATE_MEM       2u     /* set at creation: the writer writes an in-memory pipe */
+
 struct perch_pipe_writer {
 	struct perch_flush_listener listener;
 	struct perch_conn *c;
 	struct perch__mem_pipe *mem;      /* the in-memory pipe this writes, or NULL */
 	struct perch_vtask vt;            /* over a connection; the in-memory pipe has its own */
-	uint32_t token;                   /* the last flush's version; read by a cancel on any thread */
 	uint32_t cancel;                  /* a cancel for the next flush */
-	uint32_t completed;
+	uint32_t gate;                    /* WRITER_GATE_*: 0 lets a call take the connection's fast path */
 	uint32_t life;
 	size_t room;                      /* what the last get_buffer lent and advance has not committed */
 };

@@ -14,9 +14,7 @@
 /* The connection is about to park this read: ready the one task the caller will await. */
 static uint64_t reader_parking(struct perch_recv_listener *l, struct perch_conn *c)
 {
-	struct perch_pipe_reader *r = READER_OF(l, listener);
-	r->token = perch_vtask_ready(&r->vt);
-	return r->token;
+	return perch_vtask_ready(&READER_OF(l, listener)->vt);
 }
 
 /* Parking again from inside a delivery: the caller already waits on this version. */
@@ -46,8 +44,8 @@ static void discard_all(struct perch_pipe_reader *r)
 
 /*
  * Whether the last read that parked has not completed yet (reading thread).
- * Not r->token: on_parking may ready a version for a read then served at
- * once, which nothing ever completes.
+ * Not the task's current version: on_parking may ready one for a read then
+ * served at once, which nothing ever completes.
  */
 static bool reader_waiting(struct perch_pipe_reader *r)
 {

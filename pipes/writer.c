@@ -6,6 +6,7 @@
 
 #include "atomic.h"
 #include "pipe_internal.h"
+#include "vtask_internal.h"
 
 #define WRITER_OF(l) ((struct perch_pipe_writer *)(l))
 
@@ -18,10 +19,7 @@ static void writer_destroy(struct perch_pipe_writer *w)
 /* The connection is about to park this flush: ready the one task the caller will await. */
 static uint64_t writer_parking(struct perch_flush_listener *l, struct perch_conn *c)
 {
-	struct perch_pipe_writer *w = WRITER_OF(l);
-	uint32_t token = perch_vtask_ready(&w->vt);
-	perch__store_u32(&w->token, token);
-	return token;
+	return perch_vtask_ready(&WRITER_OF(l)->vt);
 }
 
 /* An arm ended (signalled, or taken back by the flusher): frees the writer if it was freed meanwhile. */
@@ -55,6 +53,7 @@ int perch__pipe_writer_init(struct perch_pipe_writer **out, struct perch_conn *c
 	w->listener.on_flush_done = writer_done;
 	w->c = c;
 	w->mem = mem;
+	w->gate = mem ? WRITER_GATE_MEM : 0;
 	perch_vtask_init(&w->vt);
 	perch__conn_ref(c);
 	*out = w;
@@ -70,7 +69,7 @@ int perch_pipe_writer_new(struct perch_conn *c, struct perch_pipe_writer **out)
 
 static bool writer_usable(struct perch_pipe_writer *w)
 {
-	return w && !perch__load_u32(&w->completed);
+	return w && !(perch__load_u32(&w->gate) & WRITER_GATE_COMPLETED);
 }
 
 int perch_pipe_get_buffer(struct perch_pipe_writer *w, size_t size_hint, uint8_t **buf,
@@ -104,20 +103,27 @@ int perch_pipe_advance(struct perch_pipe_writer *w, size_t n)
 	return rc;
 }
 
-static __attribute__((noinline)) int mem_write(struct perch_pipe_writer *w, const void *data,
-					      size_t len)
+/* A closed gate (the hot path's one load): completed, or an in-memory pipe's writer. */
+static bool gate_open(struct perch_pipe_writer *w)
 {
+	return __builtin_expect(w && perch__load_u32(&w->gate) == 0, 1);
+}
+
+static __attribute__((noinline)) int write_gated(struct perch_pipe_writer *w, const void *data,
+						size_t len)
+{
+	if (!writer_usable(w))
+		return -EINVAL;
+	w->room = 0;
 	int refused = perch__mem_write_refusal(w->mem);
 	return refused ? refused : perch_conn_write(w->c, data, len);
 }
 
 int perch_pipe_write(struct perch_pipe_writer *w, const void *data, size_t len)
 {
-	if (!writer_usable(w))
-		return -EINVAL;
+	if (!gate_open(w))
+		return write_gated(w, data, len);
 	w->room = 0;
-	if (w->mem)
-		return mem_write(w, data, len);
 	/* The conn's copying write stages exactly as get_buffer + advance would. */
 	return perch_conn_write(w->c, data, len);
 }
@@ -142,7 +148,7 @@ static int conn_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *ta
 	}
 	task->task = &w->vt;
 	task->token = (uint32_t)token;
-	/* A cancel that came before the token was stored marked the next flush: this one. */
+	/* A cancel that came before the park readied the task marked the next flush: this one. */
 	if (take_cancel(&w->cancel))
 		perch_vtask_complete(&w->vt, (uint32_t)token, -ECANCELED);
 	return PERCH_PENDING;
@@ -150,9 +156,11 @@ static int conn_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *ta
 
 int perch_pipe_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *task)
 {
+	if (gate_open(w) && task)
+		return conn_flush(w, task);
 	if (!writer_usable(w) || !task)
 		return -EINVAL;
-	return w->mem ? perch__mem_flush(w, task) : conn_flush(w, task);
+	return perch__mem_flush(w, task);
 }
 
 int perch_pipe_cancel_pending_flush(struct perch_pipe_writer *w)
@@ -163,8 +171,8 @@ int perch_pipe_cancel_pending_flush(struct perch_pipe_writer *w)
 		perch__mem_cancel_flush(w);
 		return 0;
 	}
-	uint32_t token = perch__load_u32(&w->token);
-	/* A version still pending is the waiting flush's; a completed one means none waits. */
+	/* Only parks ready this task: a version still pending is the waiting flush's, a completed one means none waits. */
+	uint32_t token = perch__vtask_version(&w->vt);
 	if (token && perch_vtask_complete(&w->vt, token, -ECANCELED) == 0)
 		return 0;
 	perch__store_u32(&w->cancel, 1);
@@ -175,7 +183,7 @@ int perch_pipe_writer_complete(struct perch_pipe_writer *w)
 {
 	if (!w)
 		return -EINVAL;
-	if (perch__xchg_u32(&w->completed, 1))
+	if (perch__for_u32(&w->gate, WRITER_GATE_COMPLETED) & WRITER_GATE_COMPLETED)
 		return 0;
 	if (w->mem) {
 		perch__mem_writer_completed(w);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "../pipes/pipe_internal.h"
+#include "../lib/vtask_internal.h"
 #include "race_conn.h"
 
 struct pipe_state {
@@ -160,7 +161,7 @@ static bool judge_read_vs_close(struct race *r, void *p, uint64_t round)
 	bool ok;
 	if (s->rc == 0) {
 		/* A readied task means on_parking ran: the close marked the claim meanwhile. */
-		race_branch(r, s->r->token ? 1 : 0);
+		race_branch(r, perch__vtask_version(&s->r->vt) ? 1 : 0);
 		ok = s->deliveries == 0 && s->res.closed;
 		if (!ok)
 			race_fail(r, round, "served at once (closed=%d) and delivered %u times",
@@ -188,7 +189,7 @@ static bool judge_flush_vs_close(struct race *r, void *p, uint64_t round)
 	bool ok;
 	if (s->rc == -EPIPE) {
 		/* A readied task: the close landed while the flush armed, and the flusher disarmed. */
-		race_branch(r, s->w->token ? 1 : 0);
+		race_branch(r, perch__vtask_version(&s->w->vt) ? 1 : 0);
 		ok = s->deliveries == 0;
 		if (!ok)
 			race_fail(r, round, "refused with -EPIPE and delivered %u times", s->deliveries);

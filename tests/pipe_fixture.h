@@ -6,6 +6,7 @@
 
 #include "conn_fixture.h"
 #include "pipe_internal.h"
+#include "vtask_internal.h"
 
 struct pipe_fixture {
 	struct fixture base;            /* first: conn_fixture's teardown frees it */

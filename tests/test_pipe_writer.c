@@ -48,7 +48,7 @@ static void flush_with_nothing_staged_is_done_at_once_and_readies_nothing(void *
 	struct perch_vtask_handle h = { NULL, 0 };
 	assert_int_equal(perch_pipe_flush(w, &h), 0);
 	assert_null(h.task);
-	assert_int_equal(w->token, 0);
+	assert_int_equal(perch__vtask_version(&w->vt), 0);
 	/* A buffer got and never committed carries nothing either. */
 	uint8_t *buf;
 	size_t len;
