@@ -29,7 +29,7 @@ static inline bool perch__vtask_pending(const struct perch_vtask *vt, uint32_t t
 	       ((low >> PERCH__VT_VER_SHIFT) & PERCH__VT_VER_MASK) == token;
 }
 
-/* The task's current version: 0 until its first perch_vtask_ready (tests ask whether a park readied it). */
+/* The task's current version: 0 until its first perch_vtask_ready (the pipe writer's cancel looks it up). */
 static inline uint32_t perch__vtask_version(const struct perch_vtask *vt)
 {
 	return ((uint32_t)perch__load_u64(&vt->state) >> PERCH__VT_VER_SHIFT) & PERCH__VT_VER_MASK;

@@ -177,11 +177,16 @@ int perch_pipe_reader_complete(struct perch_pipe_reader *r)
 {
 	if (!r)
 		return -EINVAL;
-	if (perch__for_u32(&r->state, READER_COMPLETED) & READER_COMPLETED)
-		return 0;
-	/* First, so the room the discard makes fails a waiting flush instead of completing it. */
+	/*
+	 * The pipe's end before the reader's mark: a delivery that sees the
+	 * mark discards too (reader_ready_slow), and the room any discard makes
+	 * must fail a flush (waiting, or looking), not pass for a consume.
+	 * Marking the end again is harmless.
+	 */
 	if (r->mem)
 		perch__mem_reader_completed(r->mem);
+	if (perch__for_u32(&r->state, READER_COMPLETED) & READER_COMPLETED)
+		return 0;
 	/* A parked read is delivered (canceled) by this cancel, on this thread. */
 	perch_conn_cancel_read(r->c);
 	discard_all(r);

@@ -134,9 +134,20 @@ static bool take_cancel(uint32_t *cancel)
 	return perch__load_u32(cancel) && perch__xchg_u32(cancel, 0);
 }
 
+/*
+ * A cancel made before this flush is this flush's, unless one still waits
+ * on the connection: then this flush is refused (-EBUSY), and the mark is
+ * the waiting one's, which the cancel takes back to complete.
+ */
+static bool cancel_before_park(struct perch_pipe_writer *w)
+{
+	return __builtin_expect(perch__load_u32(&w->cancel) != 0, 0) &&
+	       !perch__load_u32(&w->c->flush_busy) && perch__xchg_u32(&w->cancel, 0);
+}
+
 static int conn_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *task)
 {
-	if (take_cancel(&w->cancel))
+	if (cancel_before_park(w))
 		return -ECANCELED;
 	uint64_t token;
 	/* Counted before the park: its signal may come on another thread before the park returns. */
@@ -148,7 +159,7 @@ static int conn_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *ta
 	}
 	task->task = &w->vt;
 	task->token = (uint32_t)token;
-	/* A cancel that came before the park readied the task marked the next flush: this one. */
+	/* A cancel that looked before the park readied the task left its mark for this flush. */
 	if (take_cancel(&w->cancel))
 		perch_vtask_complete(&w->vt, (uint32_t)token, -ECANCELED);
 	return PERCH_PENDING;
@@ -171,12 +182,24 @@ int perch_pipe_cancel_pending_flush(struct perch_pipe_writer *w)
 		perch__mem_cancel_flush(w);
 		return 0;
 	}
-	/* Only parks ready this task: a version still pending is the waiting flush's, a completed one means none waits. */
-	uint32_t token = perch__vtask_version(&w->vt);
-	if (token && perch_vtask_complete(&w->vt, token, -ECANCELED) == 0)
-		return 0;
-	perch__store_u32(&w->cancel, 1);
-	return 0;
+	/*
+	 * Mark first, then look: a parking flush readies its task, then looks
+	 * for the mark, so one of the two sees the other. Only parks ready
+	 * this task: a pending version is a flush that waits or is parking,
+	 * and whoever takes the mark back cancels it. One that completed
+	 * meanwhile leaves the cancel to the next flush: mark and look again.
+	 */
+	for (;;) {
+		perch__xchg_u32(&w->cancel, 1);
+		perch__fence_rmw_then_load();
+		uint32_t token = perch__vtask_version(&w->vt);
+		if (!token || !perch__vtask_pending(&w->vt, token))
+			return 0;               /* none waits: the mark is the next flush's */
+		if (!perch__xchg_u32(&w->cancel, 0))
+			return 0;               /* the parking flush took it: it cancels itself */
+		if (perch_vtask_complete(&w->vt, token, -ECANCELED) == 0)
+			return 0;
+	}
 }
 
 int perch_pipe_writer_complete(struct perch_pipe_writer *w)

@@ -23,6 +23,7 @@ struct pipe_state {
 	struct perch_pipe_writer *w;
 	struct perch_read_result res;
 	struct perch_vtask_handle h;
+	struct perch_vtask_handle h2;     /* a read parked beside the flush */
 	int rc;
 	uint32_t deliveries;
 	int delivered_by;
@@ -451,5 +452,87 @@ const struct race_def race_mem_flush_vs_reader_complete = {
 	.actors = 2, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_mem_full,
 	.actor = { pipe_flush, reader_completes_mem }, .judge = judge_mem_flush_vs_reader_complete,
 	.branch_names = { "refused at once (-EPIPE)", "waited, the complete failed it" },
+	.window_branch = 2,
+};
+
+/* ---- the same, with a read parked: the flush's own publish delivers it ---- */
+
+/* As setup_mem_full, with everything examined and a read parked (its task in s->h2). */
+static void setup_mem_full_read_parked(void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	setup_mem_full(p, round);
+	if (perch_pipe_advance_to(s->r, 0, 6) != 0 ||
+	    perch_pipe_read(s->r, &s->res, &s->h2) != PERCH_PENDING)
+		abort();
+}
+
+/*
+ * The judge of the race without a parked read. The publish wakes the read;
+ * if complete() marked the reader by then, that delivery discards, and the
+ * room it makes must not pass for a consume.
+ */
+static bool judge_mem_flush_vs_complete_read_parked(struct race *r, void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	int64_t read_result = 1;
+	if (perch_vtask_result(s->h2, &read_result) == 0 && read_result == 0)
+		race_branch(r, 2);             /* the publish delivered the read before the mark */
+	return judge_mem_flush_vs_reader_complete(r, p, round);
+}
+
+const struct race_def race_mem_flush_vs_reader_complete_read_parked = {
+	.name = "pipes: an in-memory flush races the reader's complete, a read parked",
+	.actors = 2, .create = pipe_create, .destroy = pipe_destroy,
+	.setup = setup_mem_full_read_parked,
+	.actor = { pipe_flush, reader_completes_mem },
+	.judge = judge_mem_flush_vs_complete_read_parked,
+	.branch_names = { "refused at once (-EPIPE)", "waited, the complete failed it",
+			  "the publish delivered the read first" },
+};
+
+/* ---- a cancel from another thread against the next flush's park ---- */
+
+/* Flush 1 parked and the kernel took it (its version completed with 0); "x" staged for flush 2. */
+static void setup_flushed_then_staged(void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	setup_staged(p, round);
+	if (perch_pipe_flush(s->w, &s->h) != PERCH_PENDING)
+		abort();
+	fake_send_done(s->c, 0);
+	if (perch_pipe_write(s->w, "x", 1) != 0)
+		abort();
+	round_reset(s);
+}
+
+/* Flush 2 refused as canceled, or parked and canceled; either way no mark is left for flush 3. */
+static bool judge_cancel_vs_next_flush(struct race *r, void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	bool marked = perch__load_u32(&s->w->cancel) != 0;
+	int64_t result = 0;
+	bool ok;
+	if (s->rc == -ECANCELED) {
+		race_branch(r, 0);
+		ok = !marked;
+	} else if (s->rc == PERCH_PENDING) {
+		race_branch(r, 1);
+		ok = perch_vtask_result(s->h, &result) == 0 && result == -ECANCELED && !marked;
+	} else {
+		ok = false;
+	}
+	if (!ok)
+		race_fail(r, round, "flush 2 returned %d (task %lld), the next flush %s", s->rc,
+			  (long long)result, marked ? "marked: the cancel landed on flush 3" : "unmarked");
+	end_round(s, true);
+	return ok;
+}
+
+const struct race_def race_pipe_cancel_vs_next_flush = {
+	.name = "pipes: a flush cancel races the next flush's park",
+	.actors = 2, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_flushed_then_staged,
+	.actor = { pipe_flush, flush_canceled }, .judge = judge_cancel_vs_next_flush,
+	.branch_names = { "the cancel came first: flush 2 refused", "flush 2 parked and canceled" },
 	.window_branch = 2,
 };

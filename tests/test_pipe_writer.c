@@ -169,6 +169,34 @@ static void cancel_completes_the_parked_flush_or_marks_the_next_and_loses_nothin
 	assert_int_equal(perch_pipe_cancel_pending_flush(NULL), -EINVAL);
 }
 
+/*
+ * A cancel on another thread marks first, then takes its mark back to
+ * complete the flush it found waiting. A second flush made in between is
+ * refused (-EBUSY) and must leave that mark alone.
+ */
+static void a_flush_refused_while_one_waits_leaves_a_cancels_mark_to_the_waiting_one(void **state)
+{
+	struct perch_pipe_writer *w = writer_of(state);
+	struct perch_vtask_handle h, second = { NULL, 0 };
+	int64_t result = 0;
+	assert_int_equal(perch_pipe_write(w, "a", 1), 0);
+	assert_int_equal(perch_pipe_flush(w, &h), PERCH_PENDING);
+	perch__store_u32(&w->cancel, 1);        /* the cancel's mark, not yet taken back */
+	assert_int_equal(perch_pipe_flush(w, &second), -EBUSY);
+	assert_null(second.task);
+	assert_int_equal(perch__load_u32(&w->cancel), 1);
+	/* The cancel goes on: the waiting flush is the one canceled, and no mark is left. */
+	assert_int_equal(perch_pipe_cancel_pending_flush(w), 0);
+	assert_int_equal(perch_vtask_result(h, &result), 0);
+	assert_int_equal(result, -ECANCELED);
+	assert_int_equal(perch__load_u32(&w->cancel), 0);
+	fake_send_done(conn_of(state), 0);
+	assert_int_equal(perch_pipe_write(w, "b", 1), 0);
+	assert_int_equal(perch_pipe_flush(w, &h), PERCH_PENDING);
+	fake_send_done(conn_of(state), 0);
+	assert_int_equal(perch_vtask_status(h), 0);
+}
+
 static void a_writer_freed_after_a_cancel_outlives_the_kernels_flush(void **state)
 {
 	struct pipe_fixture *f = *state;
@@ -252,6 +280,7 @@ int main(void)
 		PIPE_TEST(close_fails_the_parked_flush_and_later_writes),
 		PIPE_TEST(send_error_fails_the_parked_flush),
 		PIPE_TEST(cancel_completes_the_parked_flush_or_marks_the_next_and_loses_nothing),
+		PIPE_TEST(a_flush_refused_while_one_waits_leaves_a_cancels_mark_to_the_waiting_one),
 		PIPE_TEST(a_writer_freed_after_a_cancel_outlives_the_kernels_flush),
 		PIPE_TEST(advance_commits_only_what_the_last_buffer_lent),
 		PIPE_TEST(write_after_complete_returns_einval),

@@ -173,8 +173,9 @@ PERCH_API int perch_pipe_flush(struct perch_pipe_writer *w, struct perch_vtask_h
 /*
  * Completes the waiting flush with -ECANCELED now (over a connection the
  * kernel keeps the bytes it holds, and writes stay refused until it took
- * them), or makes the next flush return -ECANCELED. Any thread. Returns 0
- * or -EINVAL.
+ * them), or makes the next flush return -ECANCELED. Any thread, but not
+ * after perch_pipe_writer_free may have run: a cancel racing the free
+ * touches freed memory. Returns 0 or -EINVAL.
  */
 PERCH_API int perch_pipe_cancel_pending_flush(struct perch_pipe_writer *w);
 

@@ -148,7 +148,9 @@ for patch in "$src"/stress/mutants/*.patch; do
 	# shellcheck disable=SC2254
 	case $name in $only) ;; *) continue ;; esac
 	total=$((total + 1))
-	if ! patch -s --fuzz=0 -p1 -d "$scratch" <"$patch"; then
+	# A dry run first: a patch that half-applies would leave its good hunks in the tree for the next mutant.
+	if ! patch -s --fuzz=0 --dry-run -p1 -d "$scratch" <"$patch" >/dev/null 2>&1 ||
+	   ! patch -s --fuzz=0 -p1 -d "$scratch" <"$patch"; then
 		printf '%-50s %s\n' "$name" "DOES NOT APPLY"; missed=$((missed + 1)); continue
 	fi
 	by_test=$(named_test "$patch")
