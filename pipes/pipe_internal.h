@@ -39,6 +39,7 @@ struct perch_pipe_reader {
 #define WRITER_FREED   1u
 #define WRITER_ARMED   2u
 #define WRITER_FREEING 0x80000000u  /* a free is under way: a free from a continuation it runs is ignored */
+#define WRITER_ARMS    0x7ffffffeu  /* the count of arms */
 
 /* Why a writer call leaves the fast path: one load answers both. */
 #define WRITER_GATE_COMPLETED 1u

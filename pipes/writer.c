@@ -134,35 +134,76 @@ static bool take_cancel(uint32_t *cancel)
 	return perch__load_u32(cancel) && perch__xchg_u32(cancel, 0);
 }
 
-/*
- * A cancel made before this flush is this flush's, unless one still waits
- * on the connection: then this flush is refused (-EBUSY), and the mark is
- * the waiting one's, which the cancel takes back to complete.
- */
-static bool cancel_before_park(struct perch_pipe_writer *w)
+/* Whether the task's current version is still pending (a version 0 was never readied). */
+static bool task_pending(struct perch_pipe_writer *w)
 {
-	return __builtin_expect(perch__load_u32(&w->cancel) != 0, 0) &&
-	       !perch__load_u32(&w->c->flush_busy) && perch__xchg_u32(&w->cancel, 0);
+	uint32_t version = perch__vtask_version(&w->vt);
+	return version && perch__vtask_pending(&w->vt, version);
 }
 
-static int conn_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *task)
+/*
+ * Another flush still waits, though the connection's guard may be free:
+ * the conn lets its guard go before it signals (so the continuation can
+ * flush again), and a park in that gap would ready a new version over the
+ * one its caller waits on. An arm still counted with its task pending is
+ * that flush; one whose task completed is a continuation flushing again,
+ * or a canceled flush the kernel still holds (the guard refuses that).
+ */
+static bool another_flush_waits(struct perch_pipe_writer *w, uint32_t life_before)
 {
-	if (cancel_before_park(w))
-		return -ECANCELED;
+	return __builtin_expect((life_before & WRITER_ARMS) != 0, 0) && task_pending(w);
+}
+
+/* A cancel's mark this flush took finds the flush complete already: it is the next flush's. */
+static void cancel_this_or_the_next(struct perch_pipe_writer *w, uint32_t token)
+{
+	if (perch_vtask_complete(&w->vt, token, -ECANCELED) != 0)
+		perch__xchg_u32(&w->cancel, 1);
+}
+
+/*
+ * Closed while arming, and this flush disarmed: the version its park
+ * readied is nobody's. Ended, so a later cancel marks the next flush
+ * instead of completing it (a pending version is this one: a flush that
+ * still waited was refused before the park).
+ */
+static void end_the_orphan(struct perch_pipe_writer *w)
+{
+	if (task_pending(w))
+		perch_vtask_complete(&w->vt, perch__vtask_version(&w->vt), -EPIPE);
+}
+
+static int park_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *task)
+{
 	uint64_t token;
-	/* Counted before the park: its signal may come on another thread before the park returns. */
-	perch__faa_u32(&w->life, WRITER_ARMED);
 	int rc = perch__conn_park_flush(w->c, &w->listener, &token);
 	if (rc != PERCH_PENDING) {
-		writer_disarmed(w);     /* not parked, or taken back (closed while arming) */
+		if (rc == -EPIPE)
+			end_the_orphan(w);
 		return rc;
 	}
 	task->task = &w->vt;
 	task->token = (uint32_t)token;
 	/* A cancel that looked before the park readied the task left its mark for this flush. */
 	if (take_cancel(&w->cancel))
-		perch_vtask_complete(&w->vt, (uint32_t)token, -ECANCELED);
+		cancel_this_or_the_next(w, (uint32_t)token);
 	return PERCH_PENDING;
+}
+
+static int conn_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *task)
+{
+	/* Counted before the park: its signal may come on another thread before the park returns. */
+	uint32_t before = perch__faa_u32(&w->life, WRITER_ARMED);
+	int rc;
+	/* Refused first: a cancel's mark is then the waiting flush's, which the cancel takes back. */
+	if (another_flush_waits(w, before))
+		rc = -EBUSY;
+	else if (take_cancel(&w->cancel))
+		rc = -ECANCELED;
+	else if ((rc = park_flush(w, task)) == PERCH_PENDING)
+		return rc;
+	writer_disarmed(w);     /* not parked, or taken back (closed while arming) */
+	return rc;
 }
 
 int perch_pipe_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *task)

@@ -536,3 +536,59 @@ const struct race_def race_pipe_cancel_vs_next_flush = {
 	.branch_names = { "the cancel came first: flush 2 refused", "flush 2 parked and canceled" },
 	.window_branch = 2,
 };
+
+/* ---- a second flush against the kernel's completion of the first ---- */
+
+static uint32_t first_flush_runs;
+static int64_t first_flush_result;
+
+static void count_first_flush(void *arg, int64_t result)
+{
+	first_flush_result = result;
+	perch__faa_u32(&first_flush_runs, 1);
+}
+
+/* A flush parked with a continuation registered, as a server's response would be. */
+static void setup_parked_flush_awaited(void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	setup_staged(p, round);
+	first_flush_runs = 0;
+	first_flush_result = 1;
+	if (perch_pipe_flush(s->w, &s->h) != PERCH_PENDING ||
+	    perch_vtask_on_complete(s->h, count_first_flush, NULL) != PERCH_PENDING)
+		abort();
+}
+
+/* The writer's thread: another response, written and flushed (refused while the first waits). */
+static void write_and_flush_again(void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	struct perch_vtask_handle second;
+	s->rc = perch_pipe_write(s->w, "y", 1);
+	if (s->rc == 0)
+		s->rc = perch_pipe_flush(s->w, &second);
+}
+
+/* The first flush's continuation runs once with 0, whatever the second flush got. */
+static bool judge_second_flush_vs_send_done(struct race *r, void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	uint32_t runs = perch__load_u32(&first_flush_runs);
+	bool ok = runs == 1 && first_flush_result == 0 &&
+		  (s->rc == -EBUSY || s->rc == PERCH_PENDING);
+	race_branch(r, s->rc == PERCH_PENDING ? 1 : 0);
+	if (!ok)
+		race_fail(r, round, "the first flush's continuation ran %u times (result %lld); the second got %d",
+			  runs, (long long)first_flush_result, s->rc);
+	end_round(s, true);
+	return ok;
+}
+
+const struct race_def race_pipe_second_flush_vs_send_done = {
+	.name = "pipes: a second flush races the kernel's completion of the first",
+	.actors = 2, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_parked_flush_awaited,
+	.actor = { write_and_flush_again, kernel_took_it }, .judge = judge_second_flush_vs_send_done,
+	.branch_names = { "the second refused (the first still waited)", "the second parked after the first" },
+	.window_branch = 2,
+};

@@ -267,6 +267,98 @@ static void bad_arguments_return_einval(void **state)
 	assert_null(none);
 }
 
+/* ---- a cancel or a second flush against a flush's completion (from the second independent review) ---- */
+
+static struct perch_pipe_writer *hooked_writer;
+static struct perch__transport_ops hooked_ops;
+
+/* Off the loop, the flusher is slow to return: the kernel takes the send, then a cancel comes. */
+static void send_then_complete_then_cancel(struct perch_conn *c, struct perch__txbuf *chain)
+{
+	fake_send(c, chain);
+	fake_send_done(c, 0);
+	assert_int_equal(perch_pipe_cancel_pending_flush(hooked_writer), 0);
+}
+
+static void a_cancel_after_the_kernel_took_the_flush_is_kept_for_the_next_flush(void **state)
+{
+	struct perch_pipe_writer *w = writer_of(state);
+	struct perch_conn *c = conn_of(state);
+	const struct perch__transport_ops *saved = c->ops;
+	struct perch_vtask_handle h;
+	int64_t result = 1;
+	hooked_ops = fake_ops;
+	hooked_ops.send = send_then_complete_then_cancel;
+	hooked_writer = w;
+	c->ops = &hooked_ops;
+	assert_int_equal(perch_pipe_write(w, "a", 1), 0);
+	assert_int_equal(perch_pipe_flush(w, &h), PERCH_PENDING);
+	c->ops = saved;
+	assert_int_equal(perch_vtask_result(h, &result), 0);
+	assert_int_equal(result, 0);
+	/* The flush took the mark after its park, found itself complete, and put the mark back. */
+	assert_int_equal(perch_pipe_write(w, "b", 1), 0);
+	assert_int_equal(perch_pipe_flush(w, &h), -ECANCELED);
+}
+
+static void (*real_flush_done)(struct perch_flush_listener *, struct perch_conn *, uint64_t, int);
+static int flush_in_the_gap_rc;
+
+/* The conn let its guard go and is about to signal: the writer's thread flushes again. */
+static void flush_again_before_the_signal(struct perch_flush_listener *l, struct perch_conn *c,
+					  uint64_t cookie, int result)
+{
+	struct perch_vtask_handle second = { NULL, 0 };
+	l->on_flush_done = real_flush_done;
+	assert_int_equal(perch_pipe_write(hooked_writer, "b", 1), 0);
+	flush_in_the_gap_rc = perch_pipe_flush(hooked_writer, &second);
+	real_flush_done(l, c, cookie, result);
+}
+
+static void a_flush_while_the_last_ones_completion_is_signalled_is_refused(void **state)
+{
+	struct perch_pipe_writer *w = writer_of(state);
+	struct perch_vtask_handle h;
+	struct cont_probe p = { 0, -1 };
+	hooked_writer = w;
+	real_flush_done = w->listener.on_flush_done;
+	w->listener.on_flush_done = flush_again_before_the_signal;
+	assert_int_equal(perch_pipe_write(w, "a", 1), 0);
+	assert_int_equal(perch_pipe_flush(w, &h), PERCH_PENDING);
+	assert_int_equal(perch_vtask_on_complete(h, cont_probe_fn, &p), PERCH_PENDING);
+	fake_send_done(conn_of(state), 0);
+	assert_int_equal(flush_in_the_gap_rc, -EBUSY);
+	assert_int_equal(p.runs, 1);
+	assert_int_equal(p.result, 0);
+	/* The byte written in the gap waits for the next flush. */
+	assert_int_equal(perch_pipe_flush(w, &h), PERCH_PENDING);
+	assert_int_equal(transport_of(state)->sent->len, 1);
+	fake_send_done(conn_of(state), 0);
+}
+
+static uint64_t (*real_flush_parking)(struct perch_flush_listener *, struct perch_conn *);
+
+static uint64_t close_while_parking(struct perch_flush_listener *l, struct perch_conn *c)
+{
+	uint64_t token = real_flush_parking(l, c);
+	perch_conn_close(c);
+	return token;
+}
+
+static void a_cancel_after_a_close_while_arming_goes_to_the_next_flush(void **state)
+{
+	struct perch_pipe_writer *w = writer_of(state);
+	struct perch_vtask_handle h = { NULL, 0 };
+	real_flush_parking = w->listener.on_parking;
+	w->listener.on_parking = close_while_parking;
+	assert_int_equal(perch_pipe_write(w, "a", 1), 0);
+	assert_int_equal(perch_pipe_flush(w, &h), -EPIPE);
+	w->listener.on_parking = real_flush_parking;
+	/* The version that park readied is nobody's: the cancel marks the next flush instead. */
+	assert_int_equal(perch_pipe_cancel_pending_flush(w), 0);
+	assert_int_equal(perch_pipe_flush(w, &h), -ECANCELED);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -285,6 +377,9 @@ int main(void)
 		PIPE_TEST(advance_commits_only_what_the_last_buffer_lent),
 		PIPE_TEST(write_after_complete_returns_einval),
 		PIPE_TEST(bad_arguments_return_einval),
+		PIPE_TEST(a_cancel_after_the_kernel_took_the_flush_is_kept_for_the_next_flush),
+		PIPE_TEST(a_flush_while_the_last_ones_completion_is_signalled_is_refused),
+		PIPE_TEST(a_cancel_after_a_close_while_arming_goes_to_the_next_flush),
 	};
 	return cmocka_run_group_tests_name("pipe_writer", tests, NULL, NULL);
 }
