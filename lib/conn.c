@@ -7,6 +7,7 @@
 
 #include "atomic.h"
 #include "conn_internal.h"
+#include "vtask_internal.h"
 
 #define TXBUF_MIN_CAP 4096u
 
@@ -690,15 +691,32 @@ int perch_conn_try_flush_or_park(struct perch_conn *c, struct perch_flush_listen
 	return perch__conn_park_flush(c, listener, &cookie);
 }
 
+/* Closed while arming, and this flush disarmed: the version its park readied is nobody's. */
+static __attribute__((noinline)) void end_own_orphan(struct perch_conn *c)
+{
+	if (perch__vtask_current_pending(&c->flush_task))
+		perch_vtask_complete(&c->flush_task, perch__vtask_version(&c->flush_task), -EPIPE);
+}
+
 int perch_conn_flush(struct perch_conn *c, struct perch_vtask_handle *task)
 {
 	if (!c || !task)
 		return -EINVAL;
+	/*
+	 * complete_flush lets the guard go before it signals: a flush in that
+	 * gap would ready a new version of the one task over the version its
+	 * caller still waits on. Pending means still waiting, or still being
+	 * signalled; the continuation flushing again finds it complete.
+	 */
+	if (perch__vtask_current_pending(&c->flush_task))
+		return -EBUSY;
 	uint64_t token;
 	int rc = perch__conn_park_flush(c, &c->self_flusher, &token);
 	if (rc == PERCH_PENDING) {
 		task->task = &c->flush_task;
 		task->token = (uint32_t)token;
+	} else if (rc == -EPIPE) {
+		end_own_orphan(c);
 	}
 	return rc;
 }

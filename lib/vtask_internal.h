@@ -29,6 +29,14 @@ static inline bool perch__vtask_pending(const struct perch_vtask *vt, uint32_t t
 	       ((low >> PERCH__VT_VER_SHIFT) & PERCH__VT_VER_MASK) == token;
 }
 
+/* Whether the task's current version was readied and is not complete yet: one load. */
+static inline bool perch__vtask_current_pending(const struct perch_vtask *vt)
+{
+	uint32_t low = (uint32_t)perch__load_u64(&vt->state);
+	return (low & PERCH__VT_PH_MASK) != PERCH__VT_PH_COMPLETED &&
+	       ((low >> PERCH__VT_VER_SHIFT) & PERCH__VT_VER_MASK) != 0;
+}
+
 /* The task's current version: 0 until its first perch_vtask_ready (the pipe writer's cancel looks it up). */
 static inline uint32_t perch__vtask_version(const struct perch_vtask *vt)
 {

@@ -134,13 +134,6 @@ static bool take_cancel(uint32_t *cancel)
 	return perch__load_u32(cancel) && perch__xchg_u32(cancel, 0);
 }
 
-/* Whether the task's current version is still pending (a version 0 was never readied). */
-static bool task_pending(struct perch_pipe_writer *w)
-{
-	uint32_t version = perch__vtask_version(&w->vt);
-	return version && perch__vtask_pending(&w->vt, version);
-}
-
 /*
  * Another flush still waits, though the connection's guard may be free:
  * the conn lets its guard go before it signals (so the continuation can
@@ -151,7 +144,8 @@ static bool task_pending(struct perch_pipe_writer *w)
  */
 static bool another_flush_waits(struct perch_pipe_writer *w, uint32_t life_before)
 {
-	return __builtin_expect((life_before & WRITER_ARMS) != 0, 0) && task_pending(w);
+	return __builtin_expect((life_before & WRITER_ARMS) != 0, 0) &&
+	       perch__vtask_current_pending(&w->vt);
 }
 
 /* A cancel's mark this flush took finds the flush complete already: it is the next flush's. */
@@ -169,7 +163,7 @@ static void cancel_this_or_the_next(struct perch_pipe_writer *w, uint32_t token)
  */
 static void end_the_orphan(struct perch_pipe_writer *w)
 {
-	if (task_pending(w))
+	if (perch__vtask_current_pending(&w->vt))
 		perch_vtask_complete(&w->vt, perch__vtask_version(&w->vt), -EPIPE);
 }
 

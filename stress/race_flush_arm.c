@@ -184,6 +184,67 @@ static bool judge_close_vs_send_done(struct race *r, void *p, uint64_t round)
 	return ok;
 }
 
+/* ---- the conn's own flush again, against the kernel's completion of the first ---- */
+
+static uint32_t own_first_runs;
+static int64_t own_first_result;
+
+static void count_own_first(void *arg, int64_t result)
+{
+	own_first_result = result;
+	perch__faa_u32(&own_first_runs, 1);
+}
+
+/* perch_conn_flush parked with a continuation registered on the conn's own task. */
+static void setup_own_flush_awaited(void *p, uint64_t round)
+{
+	struct flush_state *s = p;
+	struct perch_vtask_handle h;
+	s->c = race_conn_new(&s->t);
+	s->rc = 0;
+	own_first_runs = 0;
+	own_first_result = 1;
+	perch_conn_write(s->c, "a", 1);
+	if (perch_conn_flush(s->c, &h) != PERCH_PENDING ||
+	    perch_vtask_on_complete(h, count_own_first, NULL) != PERCH_PENDING)
+		abort();
+}
+
+/* Another thread writes and flushes again at once: refused while the first waits or is signalled. */
+static void own_write_and_flush_again(void *p, uint64_t round)
+{
+	struct flush_state *s = p;
+	struct perch_vtask_handle second;
+	race_window_open();
+	s->rc = perch_conn_write(s->c, "b", 1);
+	if (s->rc == 0)
+		s->rc = perch_conn_flush(s->c, &second);
+	race_window_close();
+}
+
+/* The first flush's continuation runs once with 0, whatever the second got. */
+static bool judge_own_flush_vs_completion(struct race *r, void *p, uint64_t round)
+{
+	struct flush_state *s = p;
+	uint32_t runs = perch__load_u32(&own_first_runs);
+	bool ok = runs == 1 && own_first_result == 0 &&
+		  (s->rc == -EBUSY || s->rc == PERCH_PENDING);
+	race_branch(r, s->rc == PERCH_PENDING ? 1 : 0);
+	if (!ok)
+		race_fail(r, round, "the first flush's continuation ran %u times (result %lld); the second got %d",
+			  runs, (long long)own_first_result, s->rc);
+	race_conn_end(s->c);
+	return ok;
+}
+
+const struct race_def race_own_flush_vs_completion = {
+	.name = "flush_arm: the conn's own flush again races the last completion",
+	.actors = 2, .create = flush_create, .destroy = flush_destroy, .setup = setup_own_flush_awaited,
+	.actor = { own_write_and_flush_again, first_send_completes }, .judge = judge_own_flush_vs_completion,
+	.branch_names = { "the second refused (the first still waited)", "the second parked after the first" },
+	.window_branch = 2,
+};
+
 const struct race_def race_close_vs_send_done = {
 	.name = "flush_arm: close races the send's completion",
 	.actors = 2, .create = flush_create, .destroy = flush_destroy, .setup = setup_parked_flush,

@@ -4,7 +4,7 @@
 #include "harness.h"
 
 extern const struct race_def race_read_vs_bytes, race_read_vs_fin, race_read_vs_close,
-	race_two_reads, race_same_listener, race_cancel_vs_bytes, race_flush_vs_completion,
+	race_two_reads, race_same_listener, race_cancel_vs_bytes, race_flush_vs_completion, race_own_flush_vs_completion,
 	race_flush_vs_close, race_close_vs_send_done, race_vtask_register_vs_complete,
 	race_vtask_stale_completion, race_vtask_two_registrations, race_loop_read_vs_close, race_loop_flush_vs_close,
 	race_pipe_read_vs_close, race_pipe_flush_vs_close, race_mem_flush_vs_consume,
@@ -23,6 +23,7 @@ int main(int argc, char **argv)
 		&race_same_listener,
 		&race_cancel_vs_bytes,
 		&race_flush_vs_completion,
+		&race_own_flush_vs_completion,
 		&race_flush_vs_close,
 		&race_close_vs_send_done,
 		&race_vtask_register_vs_complete,

@@ -168,6 +168,70 @@ static void flush_delivery_carries_its_own_parks_cookie(void **state)
 	assert_int_equal(f.last_result, -EPIPE);
 }
 
+static void (*real_self_flush_done)(struct perch_flush_listener *, struct perch_conn *, uint64_t, int);
+static int flush_in_the_gap_rc;
+static uint32_t first_flush_runs;
+
+static void count_first_flush(void *arg, int64_t result)
+{
+	first_flush_runs++;
+	assert_int_equal(result, 0);
+}
+
+/* The guard is released and the signal not yet made: another thread flushes again. */
+static void flush_again_before_the_signal(struct perch_flush_listener *l, struct perch_conn *c,
+					  uint64_t cookie, int result)
+{
+	struct perch_vtask_handle second = { NULL, 0 };
+	l->on_flush_done = real_self_flush_done;
+	assert_int_equal(perch_conn_write(c, "b", 1), 0);
+	flush_in_the_gap_rc = perch_conn_flush(c, &second);
+	real_self_flush_done(l, c, cookie, result);
+}
+
+static void own_flush_while_the_last_ones_completion_is_signalled_is_refused(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct perch_vtask_handle h;
+	first_flush_runs = 0;
+	real_self_flush_done = c->self_flusher.on_flush_done;
+	c->self_flusher.on_flush_done = flush_again_before_the_signal;
+	assert_int_equal(perch_conn_write(c, "a", 1), 0);
+	assert_int_equal(perch_conn_flush(c, &h), PERCH_PENDING);
+	assert_int_equal(perch_vtask_on_complete(h, count_first_flush, NULL), PERCH_PENDING);
+	fake_send_done(c, 0);
+	assert_int_equal(flush_in_the_gap_rc, -EBUSY);
+	assert_int_equal(first_flush_runs, 1);
+	/* The byte written in the gap goes with the next flush. */
+	assert_int_equal(perch_conn_flush(c, &h), PERCH_PENDING);
+	assert_int_equal(transport_of(state)->sent->len, 1);
+	fake_send_done(c, 0);
+	assert_int_equal(perch_vtask_status(h), 0);
+}
+
+static uint64_t (*real_self_flush_parking)(struct perch_flush_listener *, struct perch_conn *);
+
+static uint64_t close_while_parking(struct perch_flush_listener *l, struct perch_conn *c)
+{
+	uint64_t token = real_self_flush_parking(l, c);
+	perch_conn_close(c);
+	return token;
+}
+
+static void own_flush_closed_while_arming_leaves_later_flushes_refused_as_closed(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct perch_vtask_handle h = { NULL, 0 };
+	real_self_flush_parking = c->self_flusher.on_parking;
+	c->self_flusher.on_parking = close_while_parking;
+	assert_int_equal(perch_conn_write(c, "a", 1), 0);
+	assert_int_equal(perch_conn_flush(c, &h), -EPIPE);
+	c->self_flusher.on_parking = real_self_flush_parking;
+	/* The version that park readied was ended: a later flush is refused as closed, not as busy. */
+	assert_int_equal(perch_conn_flush(c, &h), 0);
+	assert_int_equal(perch_conn_write(c, "b", 1), -EPIPE);
+}
+
 static void large_write_spans_buffers_in_order(void **state)
 {
 	struct perch_conn *c = conn_of(state);
@@ -219,6 +283,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(error_fails_the_parked_flush_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(flush_completion_disarms_takes_listener_releases_guard_then_signals, setup, teardown),
 		cmocka_unit_test_setup_teardown(flush_delivery_carries_its_own_parks_cookie, setup, teardown),
+		cmocka_unit_test_setup_teardown(own_flush_while_the_last_ones_completion_is_signalled_is_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(own_flush_closed_while_arming_leaves_later_flushes_refused_as_closed, setup, teardown),
 		cmocka_unit_test_setup_teardown(large_write_spans_buffers_in_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(bad_arguments_return_einval, setup, teardown),
 	};

@@ -143,14 +143,20 @@ PERCH_API int perch_conn_write(struct perch_conn *c, const void *data, size_t le
  * result stays readable); PERCH_PENDING when parked; -EBUSY while another
  * flush is in progress (it is untouched); -EPIPE when closed (staged bytes
  * are dropped; the listener is not signalled, though on_parking may have
- * run when the close landed while the flush was arming); -EINVAL.
+ * run when the close landed while the flush was arming); -EINVAL. The guard
+ * is released just before on_flush_done runs: a flush from another thread
+ * in that moment parks. A listener that readies one task for every park
+ * must refuse that flush itself (perch_conn_flush and the pipe writer do).
  */
 PERCH_API int perch_conn_try_flush_or_park(struct perch_conn *c,
 					   struct perch_flush_listener *listener);
 
 /*
  * The connection's own flush: on PERCH_PENDING *task completes with 0 or a
- * negative errno once the kernel took every byte.
+ * negative errno once the kernel took every byte. Returns as
+ * perch_conn_try_flush_or_park, and -EBUSY also while the last flush's task
+ * is still being signalled (the guard is released just before, so that its
+ * continuation can flush again: from there the task is already complete).
  */
 PERCH_API int perch_conn_flush(struct perch_conn *c, struct perch_vtask_handle *task);
 
