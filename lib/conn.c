@@ -293,7 +293,13 @@ static int flush_closed_while_arming(struct perch_conn *c, struct perch__txbuf *
 	int rc = PERCH_PENDING;
 	free_chain(chain);
 	if (perch__xchg_u32(&c->flush_armed, 0) != 0) {
-		perch__xchg_ptr(&c->flush_listener, NULL);
+		struct perch_flush_listener *l = perch__xchg_ptr(&c->flush_listener, NULL);
+		/*
+		 * The conn's own task: the version this park readied is nobody's.
+		 * Ended here, while the send's reference still holds the conn.
+		 */
+		if (l == &c->self_flusher)
+			perch_vtask_complete(&c->flush_task, (uint32_t)c->flush_cookie, -EPIPE);
 		perch__store_u32(&c->flush_busy, 0);
 		rc = -EPIPE;
 	}
@@ -691,13 +697,6 @@ int perch_conn_try_flush_or_park(struct perch_conn *c, struct perch_flush_listen
 	return perch__conn_park_flush(c, listener, &cookie);
 }
 
-/* Closed while arming, and this flush disarmed: the version its park readied is nobody's. */
-static __attribute__((noinline)) void end_own_orphan(struct perch_conn *c)
-{
-	if (perch__vtask_current_pending(&c->flush_task))
-		perch_vtask_complete(&c->flush_task, perch__vtask_version(&c->flush_task), -EPIPE);
-}
-
 int perch_conn_flush(struct perch_conn *c, struct perch_vtask_handle *task)
 {
 	if (!c || !task)
@@ -715,8 +714,6 @@ int perch_conn_flush(struct perch_conn *c, struct perch_vtask_handle *task)
 	if (rc == PERCH_PENDING) {
 		task->task = &c->flush_task;
 		task->token = (uint32_t)token;
-	} else if (rc == -EPIPE) {
-		end_own_orphan(c);
 	}
 	return rc;
 }

@@ -148,18 +148,46 @@ static bool another_flush_waits(struct perch_pipe_writer *w, uint32_t life_befor
 	       perch__vtask_current_pending(&w->vt);
 }
 
-/* A cancel's mark this flush took finds the flush complete already: it is the next flush's. */
+/*
+ * Mark first, then look: a parking flush readies its task, then looks for
+ * the mark, so one of the two sees the other. Only parks ready this task:
+ * a pending version is a flush that waits or is parking, and whoever takes
+ * the mark back cancels it. One that completed meanwhile leaves the cancel
+ * to the next flush: mark and look again.
+ */
+static void cancel_waiting_or_mark(struct perch_pipe_writer *w)
+{
+	for (;;) {
+		perch__xchg_u32(&w->cancel, 1);
+		perch__fence_rmw_then_load();
+		uint32_t token = perch__vtask_version(&w->vt);
+		if (!token || !perch__vtask_pending(&w->vt, token))
+			return;                 /* none waits: the mark is the next flush's */
+		if (!perch__xchg_u32(&w->cancel, 0))
+			return;                 /* the parking flush took it: it cancels itself */
+		if (perch_vtask_complete(&w->vt, token, -ECANCELED) == 0)
+			return;
+	}
+}
+
+/*
+ * A cancel's mark this flush took finds the flush complete already: the
+ * cancel is the next flush's, made again as a cancel makes it (mark, then
+ * look), in case another flush parked meanwhile.
+ */
 static void cancel_this_or_the_next(struct perch_pipe_writer *w, uint32_t token)
 {
 	if (perch_vtask_complete(&w->vt, token, -ECANCELED) != 0)
-		perch__xchg_u32(&w->cancel, 1);
+		cancel_waiting_or_mark(w);
 }
 
 /*
  * Closed while arming, and this flush disarmed: the version its park
  * readied is nobody's. Ended, so a later cancel marks the next flush
  * instead of completing it (a pending version is this one: a flush that
- * still waited was refused before the park).
+ * still waited was refused before the park). A cancel that lands before
+ * this completes the orphan and is spent; the connection is closed, so
+ * later flushes say so (-EPIPE, or 0 with nothing staged) either way.
  */
 static void end_the_orphan(struct perch_pipe_writer *w)
 {
@@ -217,24 +245,11 @@ int perch_pipe_cancel_pending_flush(struct perch_pipe_writer *w)
 		perch__mem_cancel_flush(w);
 		return 0;
 	}
-	/*
-	 * Mark first, then look: a parking flush readies its task, then looks
-	 * for the mark, so one of the two sees the other. Only parks ready
-	 * this task: a pending version is a flush that waits or is parking,
-	 * and whoever takes the mark back cancels it. One that completed
-	 * meanwhile leaves the cancel to the next flush: mark and look again.
-	 */
-	for (;;) {
-		perch__xchg_u32(&w->cancel, 1);
-		perch__fence_rmw_then_load();
-		uint32_t token = perch__vtask_version(&w->vt);
-		if (!token || !perch__vtask_pending(&w->vt, token))
-			return 0;               /* none waits: the mark is the next flush's */
-		if (!perch__xchg_u32(&w->cancel, 0))
-			return 0;               /* the parking flush took it: it cancels itself */
-		if (perch_vtask_complete(&w->vt, token, -ECANCELED) == 0)
-			return 0;
-	}
+	/* Counted as an arm while it runs: a free from the flush's continuation waits for it. */
+	perch__faa_u32(&w->life, WRITER_ARMED);
+	cancel_waiting_or_mark(w);
+	writer_disarmed(w);
+	return 0;
 }
 
 int perch_pipe_writer_complete(struct perch_pipe_writer *w)

@@ -232,6 +232,38 @@ static void own_flush_closed_while_arming_leaves_later_flushes_refused_as_closed
 	assert_int_equal(perch_conn_write(c, "b", 1), -EPIPE);
 }
 
+/* The read side releases the user's one reference when it sees the close, as a server does. */
+static uint64_t releasing_reader_parking(struct perch_recv_listener *l, struct perch_conn *c)
+{
+	return 1;
+}
+
+static void releasing_reader_ready(struct perch_recv_listener *l, struct perch_conn *c, uint64_t cookie)
+{
+	perch_conn_release(c);
+}
+
+/*
+ * The close lands while the conn's own flush arms and its wake lets the
+ * user's last reference go: the flush's disarm drops the send's, the last
+ * one, and nothing may touch the connection after (ASan and valgrind see it).
+ */
+static void own_flush_closed_while_arming_touches_nothing_after_the_last_reference(void **state)
+{
+	struct fake_transport t = { 0 };
+	struct perch_recv_listener reader = { releasing_reader_parking, releasing_reader_ready };
+	struct perch_read_result res;
+	struct perch_vtask_handle h = { NULL, 0 };
+	struct perch_conn *c = perch__conn_new(&fake_ops, &t);
+	assert_non_null(c);
+	assert_int_equal(perch_conn_try_read_or_park(c, &reader, &res), PERCH_PENDING);
+	real_self_flush_parking = c->self_flusher.on_parking;
+	c->self_flusher.on_parking = close_while_parking;
+	assert_int_equal(perch_conn_write(c, "a", 1), 0);
+	assert_int_equal(perch_conn_flush(c, &h), -EPIPE);
+	assert_int_equal(t.destroyed, 1);
+}
+
 static void large_write_spans_buffers_in_order(void **state)
 {
 	struct perch_conn *c = conn_of(state);
@@ -285,6 +317,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(flush_delivery_carries_its_own_parks_cookie, setup, teardown),
 		cmocka_unit_test_setup_teardown(own_flush_while_the_last_ones_completion_is_signalled_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(own_flush_closed_while_arming_leaves_later_flushes_refused_as_closed, setup, teardown),
+		cmocka_unit_test(own_flush_closed_while_arming_touches_nothing_after_the_last_reference),
 		cmocka_unit_test_setup_teardown(large_write_spans_buffers_in_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(bad_arguments_return_einval, setup, teardown),
 	};

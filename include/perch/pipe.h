@@ -173,9 +173,10 @@ PERCH_API int perch_pipe_flush(struct perch_pipe_writer *w, struct perch_vtask_h
 /*
  * Completes the waiting flush with -ECANCELED now (over a connection the
  * kernel keeps the bytes it holds, and writes stay refused until it took
- * them), or makes the next flush return -ECANCELED. Any thread, but not
- * after perch_pipe_writer_free may have run: a cancel racing the free
- * touches freed memory. Returns 0 or -EINVAL.
+ * them), or makes the next flush return -ECANCELED. Any thread. A cancel
+ * under way keeps the writer until it returns, so a free from the flush's
+ * continuation (which the cancel's completion may run) is safe; a cancel
+ * begun after perch_pipe_writer_free is not. Returns 0 or -EINVAL.
  */
 PERCH_API int perch_pipe_cancel_pending_flush(struct perch_pipe_writer *w);
 
