@@ -22,7 +22,10 @@ Scenarios (default: all of them, in this order):
 Each round starts every server afresh, one at a time, pinned to core SERVER_CPU (0), with
 the client pinned to CLIENT_CPU (1); servers run in the same order every round (ABAB...).
 CPU per request is the server's utime and stime (its process and its children, from
-/proc/PID/stat) over the load, divided by the requests the client completed.
+/proc/PID/stat) over the load, divided by the requests the client completed. Each row also
+records the server's CPU over the client's wall time (its share of a core) and its capacity,
+requests per server-CPU second; a server under BOUND_UTIL (0.90) of its core is marked
+client-bound in results.md, and ratios are given for throughput and for capacity.
 
 Options: -r rounds (ROUNDS, 5; FLOOD_ROUNDS, 3), -d seconds a load (SECS, 3),
 -o where results.md, raw.tsv and the PNGs go (OUT, doc/perf), -b the build dir (BUILD, build).
@@ -54,6 +57,7 @@ ECHO_CONNS=${ECHO_CONNS:-50} ECHO_SIZE=${ECHO_SIZE:-64}
 STREAM_CONNS=${STREAM_CONNS:-8} STREAM_SIZE=${STREAM_SIZE:-4096}
 HTTP_CONNS=${HTTP_CONNS:-50}
 RESP_TESTS=${RESP_TESTS:-ping_mbulk set get} RESP_N1=${RESP_N1:-100000} RESP_N16=${RESP_N16:-1000000}
+BOUND_UTIL=${BOUND_UTIL:-0.90} # a server under this share of its core was not what bounded the load
 
 while getopts "r:d:o:b:h" opt; do
 	case $opt in
@@ -241,23 +245,33 @@ client_resp() { # test pipeline port
 
 # measure SCENARIO LOAD SERVER CMD ROUND CLIENT-FUNCTION ARGS...: one server run under one load, one row in raw.tsv.
 measure() {
-	local scen=$1 load=$2 name=$3 cmd=$4 round=$5 port=$((PORT++)) c0 c1 res
+	local scen=$1 load=$2 name=$3 cmd=$4 round=$5 port=$((PORT++)) c0 c1 w0 w1 res
 	shift 5
 	start_server "$cmd" "$port" || { printf '%s\t%s\t%s\t%s\tFAILED\n' "$scen" "$load" "$name" "$round" >>"$RAW"; return; }
 	c0=$(server_cpu)
+	w0=$EPOCHREALTIME
 	res=$("$@" "$port")
+	w1=$EPOCHREALTIME
 	c1=$(server_cpu)
 	stop_server
 	local req thr p99 errs u0 s0 u1 s1
 	read -r req thr p99 errs <<<"$res"
 	read -r u0 s0 <<<"$c0"
 	read -r u1 s1 <<<"$c1"
-	local uus sus
+	local uus sus sat
 	uus=$(awk -v d=$((u1 - u0)) -v n="$req" -v h="$CLK_TCK" 'BEGIN { printf "%.2f", n ? d * 1e6 / h / n : 0 }')
 	sus=$(awk -v d=$((s1 - s0)) -v n="$req" -v h="$CLK_TCK" 'BEGIN { printf "%.2f", n ? d * 1e6 / h / n : 0 }')
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$scen" "$load" "$name" "$round" "$thr" "$p99" "$uus" "$sus" "$errs" >>"$RAW"
-	printf '  round %s  %-16s %-18s %12s/s  p99 %9s us  cpu %6s us user %6s us sys%s\n' "$round" "$load" "$name" \
-		"$thr" "$p99" "$uus" "$sus" "$( ((errs)) && echo "  ERRORS=$errs")"
+	# wall s, server CPU s, utilisation (CPU s / wall s) and capacity (requests per server-CPU second).
+	sat=$(awk -v w0="$w0" -v w1="$w1" -v d=$((u1 - u0 + s1 - s0)) -v n="$req" -v h="$CLK_TCK" 'BEGIN {
+		w = w1 - w0; c = d / h
+		printf "%.3f\t%.2f\t%.3f\t%.0f", w, c, (w > 0 ? c / w : 0), (c > 0 ? n / c : 0) }')
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$scen" "$load" "$name" "$round" "$thr" "$p99" "$uus" "$sus" \
+		"$errs" "$sat" >>"$RAW"
+	local util
+	util=$(cut -f3 <<<"$sat")
+	printf '  round %s  %-16s %-18s %12s/s  p99 %9s us  cpu %6s us user %6s us sys  server cpu %3.0f%%%s\n' "$round" \
+		"$load" "$name" "$thr" "$p99" "$uus" "$sus" "$(awk -v u="$util" 'BEGIN { print u * 100 }')" \
+		"$( ((errs)) && echo "  ERRORS=$errs")"
 }
 
 # The servers of a group that can run here, as "name|cmd" lines; says what it skips.
@@ -357,27 +371,43 @@ function median(list,   a, n, i, j, t) {
 	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }'
 
-# Medians per (scenario, load, server) from raw.tsv, with the ratio of throughput to the group's first server.
+# Medians per (scenario, load, server) from raw.tsv, with the ratios of throughput and of capacity
+# to the group's first server. A server whose median utilisation is under BOUND_UTIL was not the
+# bottleneck: the row says client-bound, and a throughput ratio with such a run on either side is
+# starred (it compares the client's pace, not the servers; the capacity ratio does compare them).
 summarize() {
-	awk -F'\t' "$AWK_MEDIAN"'
-	$5 == "FAILED" { failed[$1 SUBSEP $2 SUBSEP $3]++; next }
+	awk -F'\t' -v bound="$BOUND_UTIL" "$AWK_MEDIAN"'
+	$5 == "FAILED" { next }
 	{
 		k = $1 SUBSEP $2 SUBSEP $3
 		if (!(k in seen)) { seen[k] = 1; order[++n] = k; if (!(($1 SUBSEP $2) in first)) first[$1 SUBSEP $2] = $3 }
 		thr[k] = thr[k] " " $5; p99[k] = p99[k] " " $6; us[k] = us[k] " " $7; sy[k] = sy[k] " " $8
 		errs[k] += $9; runs[k]++
+		if (NF >= 13) { ut[k] = ut[k] " " $12; cap[k] = cap[k] " " $13 } # raw.tsv from before these columns has none
 	}
+	function util(k) { return (k in ut) ? median(ut[k]) : -1 }
+	function capa(k) { return (k in cap) ? median(cap[k]) : 0 }
+	function client_bound(k) { return util(k) >= 0 && util(k) < bound }
 	END {
-		print "| scenario | load | server | throughput/s (median) | p99 us | user us/req | sys us/req | ratio | runs | errors |"
-		print "|---|---|---|---:|---:|---:|---:|---|---:|---:|"
+		print "| scenario | load | server | throughput/s (median) | p99 us | user us/req | sys us/req | ratio | capacity ratio | server CPU | capacity req/CPU-s | bound by | runs | errors |"
+		print "|---|---|---|---:|---:|---:|---:|---|---|---:|---:|---|---:|---:|"
 		for (i = 1; i <= n; i++) {
-			split(order[i], f, SUBSEP)
+			k = order[i]
+			split(k, f, SUBSEP)
 			g = f[1] SUBSEP f[2]; ref = g SUBSEP first[g]
-			m = median(thr[order[i]]); r = median(thr[ref])
-			ratio = (f[3] == first[g]) ? "1.00 (reference)" : sprintf("%.2f x %s", r ? m / r : 0, first[g])
-			p = median(p99[order[i]]); p = p > 0 ? sprintf("%.1f", p) : "-" # stream loads have no round trip
-			printf "| %s | %s | %s | %.0f | %s | %.2f | %.2f | %s | %d | %d |\n", f[1], f[2], f[3], m,
-				p, median(us[order[i]]), median(sy[order[i]]), ratio, runs[order[i]], errs[order[i]]
+			m = median(thr[k]); r = median(thr[ref]); c = capa(k); rc = capa(ref)
+			star = (client_bound(k) || client_bound(ref)) ? " *" : ""
+			if (f[3] == first[g]) {
+				ratio = "1.00 (reference)"; cratio = "1.00 (reference)"
+			} else {
+				ratio = sprintf("%.2f x %s%s", r ? m / r : 0, first[g], star)
+				cratio = (c && rc) ? sprintf("%.2f x %s", c / rc, first[g]) : "-"
+			}
+			p = median(p99[k]); p = p > 0 ? sprintf("%.1f", p) : "-" # stream loads have no round trip
+			u = util(k)
+			printf "| %s | %s | %s | %.0f | %s | %.2f | %.2f | %s | %s | %s | %s | %s | %d | %d |\n", f[1], f[2], f[3], m,
+				p, median(us[k]), median(sy[k]), ratio, cratio, u < 0 ? "-" : sprintf("%.0f%%", u * 100),
+				c ? sprintf("%.0f", c) : "-", u < 0 ? "-" : (u < bound ? "**client**" : "server"), runs[k], errs[k]
 		}
 	}' "$RAW"
 }
@@ -396,11 +426,11 @@ summarize_flood() {
 	}' "$TMP/flood.tsv"
 }
 
-# One bar chart a scenario: median throughput per load and server.
+# plot SCENARIO COLUMN NAME TITLE YLABEL: one bar chart, the median of raw.tsv's COLUMN per load and server, into NAME.png.
 plot() {
-	local scen=$1 data=$TMP/plot-$1.dat
-	awk -F'\t' -v s="$scen" "$AWK_MEDIAN"'
-		$1 == s && $5 != "FAILED" { k = $2 "\t" $3; v[k] = v[k] " " $5; if (!(k in seen)) { seen[k] = 1; o[++n] = k } }
+	local scen=$1 col=$2 name=$3 title=$4 ylabel=$5 data=$TMP/plot-$3.dat
+	awk -F'\t' -v s="$scen" -v c="$col" "$AWK_MEDIAN"'
+		$1 == s && $5 != "FAILED" && NF >= c { k = $2 "\t" $3; v[k] = v[k] " " $c; if (!(k in seen)) { seen[k] = 1; o[++n] = k } }
 		END { for (i = 1; i <= n; i++) print o[i] "\t" median(v[o[i]]) }' "$RAW" >"$data.long"
 	[[ -s $data.long ]] || return 0
 	# Wide form: one row a load, one column a server.
@@ -412,12 +442,12 @@ plot() {
 	ncol=$(head -1 "$data" | awk -F'\t' '{ print NF }')
 	gnuplot <<EOF
 set terminal pngcairo size 900,500 noenhanced
-set output "$OUT/$scen.png"
-set title "$scen: median throughput over $ROUNDS rounds (higher is better)"
+set output "$OUT/$name.png"
+set title "$scen: $title over $ROUNDS rounds (higher is better)"
 set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.8 border -1
-set ylabel "requests or messages per second"
+set ylabel "$ylabel"
 set yrange [0:*]
 set key top left
 set datafile separator "\t"
@@ -442,6 +472,13 @@ write_results() {
 		echo "user/sys us/req is the server's CPU (utime, stime from /proc/PID/stat, process and children) over the load"
 		echo "divided by the requests done. Ratio: the median throughput over the group's first server's."
 		echo
+		echo "Server CPU is the server's CPU seconds over the client's wall seconds (its share of one core; the wall"
+		echo "includes the client's start and connects, so it reads a little low). Capacity is requests per second of"
+		echo "server CPU (1e6 / (user + sys us/req)): what the server would do were its core saturated, and the capacity"
+		echo "ratio compares that. A server under $(awk -v b="$BOUND_UTIL" 'BEGIN { print b * 100 }')% of its core was not the bottleneck: the"
+		echo "**client** bounded that run (the client is single-threaded on the other core), and a throughput ratio"
+		echo "with such a run on either side is starred (*): it measures the client's pace, read the capacity ratio."
+		echo
 		[[ -s $RAW ]] && summarize
 		if [[ -s $TMP/flood.tsv ]]; then
 			echo
@@ -450,12 +487,16 @@ write_results() {
 			summarize_flood
 		fi
 		echo
-		echo "Raw rounds: raw.tsv (scenario, load, server, round, throughput, p99 us, user us/req, sys us/req, errors)."
+		echo "Raw rounds: raw.tsv (scenario, load, server, round, throughput, p99 us, user us/req, sys us/req, errors,"
+		echo "wall s, server CPU s, server CPU / wall, capacity in requests per server-CPU second)."
 	} >"$md"
 	[[ -s $RAW ]] && cp "$RAW" "$OUT/raw.tsv"
 	[[ -s $TMP/flood.tsv ]] && cp "$TMP/flood.tsv" "$OUT/flood.tsv"
 	if have gnuplot; then
-		for s in echo http resp; do plot "$s"; done
+		for s in echo http resp; do
+			plot "$s" 5 "$s" "median throughput" "requests or messages per second"
+			plot "$s" 13 "$s-capacity" "median capacity (requests per second of server CPU)" "requests per server-CPU second"
+		done
 	else
 		echo "run.sh: gnuplot is not installed: no plots (apt-get install gnuplot-nox)" >&2
 	fi
