@@ -46,6 +46,8 @@ EOF
 }
 
 ROOT=$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)
+# shellcheck source=bench/servers.sh
+. "$ROOT/bench/servers.sh"
 ROUNDS=${ROUNDS:-5}
 FLOOD_ROUNDS=${FLOOD_ROUNDS:-3}
 SECS=${SECS:-3}
@@ -62,10 +64,7 @@ BOUND_UTIL=${BOUND_UTIL:-0.90} # a server under this share of its core was not w
 while getopts "r:d:o:b:h" opt; do
 	case $opt in
 	r) ROUNDS=$OPTARG FLOOD_ROUNDS=$OPTARG ;;
-	d) SECS=$OPTARG ;;
-	o) OUT=$OPTARG ;;
-	b) BUILD=$OPTARG ;;
-	*) usage ;;
+	*) common_opt "$opt" "${OPTARG:-}" || usage ;;
 	esac
 done
 shift $((OPTIND - 1))
@@ -78,16 +77,7 @@ for s in "${SCENARIOS[@]}"; do
 	[[ $s =~ ^(echo|http|resp|flood)$ ]] || { echo "run.sh: unknown scenario '$s'" >&2; usage; }
 done
 
-PERCH_ECHO=${PERCH_ECHO:-"$BUILD/examples/echo/echo --port {port}"}
-PERCH_HTTPD=${PERCH_HTTPD:-"$BUILD/examples/httpd/httpd --port {port} --threads 1"}
-PERCH_RESP=${PERCH_RESP:-"$BUILD/examples/resp/resp --port {port} --threads 1"}
-PERCH_ECHO_MULTISHOT=${PERCH_ECHO_MULTISHOT:-"$PERCH_ECHO --backend uring --recv multishot"}
-PERCH_ECHO_SINGLESHOT=${PERCH_ECHO_SINGLESHOT:-"$PERCH_ECHO --backend uring --recv singleshot"}
-PERCH_ECHO_EPOLL=${PERCH_ECHO_EPOLL:-"$PERCH_ECHO --backend epoll"}
-URING_ECHO="$BUILD/bench/baseline_uring_echo --port {port}"
-EPOLL_ECHO="$BUILD/bench/baseline_epoll_echo --port {port}"
-REDIS="redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --protected-mode no --logfile ''"
-NGINX="nginx -p {dir} -c {dir}/nginx-{port}.conf -e {dir}/nginx-error.log"
+server_defaults
 
 TMP=$(mktemp -d /tmp/perch-bench.XXXXXX)
 RAW=$TMP/raw.tsv
@@ -104,7 +94,6 @@ trap 'exit 130' INT TERM
 
 # ---- what is here ----
 
-have() { command -v "$1" >/dev/null 2>&1; }
 MISSING=()
 for tool in taskset wrk nginx redis-server redis-benchmark gnuplot; do
 	have "$tool" || MISSING+=("$tool")
@@ -117,129 +106,6 @@ have taskset || { echo "run.sh: taskset (util-linux) is required to pin server a
 for prog in echo_client flood_client http_client baseline_uring_echo baseline_epoll_echo; do
 	[[ -x $BUILD/bench/$prog ]] || { echo "run.sh: $BUILD/bench/$prog is missing: run ./dev build first" >&2; exit 1; }
 done
-
-# The program a command line runs (its first word), installed or built.
-runnable() {
-	local first
-	read -r first _ <<<"$1"
-	[[ -x $first ]] || have "$first"
-}
-
-# ---- servers ----
-
-nginx_conf() {
-	cat >"$TMP/nginx-$1.conf" <<EOF
-# One worker, no logging, keep-alive without a request limit, one fixed body: the same work as perch httpd's plaintext route.
-worker_processes 1;
-daemon off;
-pid $TMP/nginx-$1.pid;
-events { worker_connections 4096; }
-http {
-	access_log off;
-	default_type text/plain;
-	keepalive_requests 100000000;
-	keepalive_timeout 60s;
-	client_body_temp_path $TMP/nginx-body;
-	server {
-		listen 127.0.0.1:$1;
-		location / { return 200 "Hello, World!"; }
-	}
-}
-EOF
-}
-
-# Starts the command line $1 on port $2, pinned, and waits until the port accepts.
-start_server() {
-	local cmd=${1//\{port\}/$2} port=$2 t
-	cmd=${cmd//\{dir\}/$TMP}
-	[[ $cmd == nginx* ]] && nginx_conf "$port"
-	eval "exec taskset -c $SERVER_CPU $cmd" </dev/null >>"$TMP/server.log" 2>&1 &
-	SERVER_PID=$!
-	for ((t = 0; t < 100; t++)); do
-		if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-			echo "run.sh: server exited at start: $cmd (log: tail of $TMP/server.log follows)" >&2
-			tail -5 "$TMP/server.log" >&2
-			SERVER_PID=""
-			return 1
-		fi
-		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
-		sleep 0.05
-	done
-	echo "run.sh: $cmd did not accept on port $port within 5 s" >&2
-	stop_server
-	return 1
-}
-
-stop_server() {
-	[[ -n $SERVER_PID ]] || return 0
-	kill "$SERVER_PID" 2>/dev/null || true
-	for ((t = 0; t < 40; t++)); do
-		kill -0 "$SERVER_PID" 2>/dev/null || break
-		sleep 0.05
-	done
-	kill -KILL "$SERVER_PID" 2>/dev/null || true
-	wait "$SERVER_PID" 2>/dev/null || true
-	SERVER_PID=""
-}
-
-# utime and stime ticks of the server and its children (nginx's worker), e.g. "123 45".
-server_cpu() {
-	local pid u=0 s=0 stat f
-	for pid in $SERVER_PID $(pgrep -P "$SERVER_PID" || true); do
-		stat=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
-		stat=${stat##*) } # fields after the command name, which may hold spaces
-		read -r -a f <<<"$stat"
-		u=$((u + f[11])) s=$((s + f[12]))
-	done
-	echo "$u $s"
-}
-
-# ---- clients: each prints "requests throughput p99_us errors" ----
-
-client_echo() { # mode conns size port
-	local line
-	line=$(taskset -c "$CLIENT_CPU" timeout $((${SECS%.*} + 30)) "$BUILD/bench/echo_client" --mode "$1" --conns "$2" \
-		--size "$3" --port "$4" --duration "$SECS" --csv) || true
-	[[ -n $line ]] || { echo "0 0 0 1"; return; }
-	IFS=, read -r _ _ _ _ msgs mps _ _ p99 _ errs <<<"$line"
-	echo "$msgs $mps $p99 $errs"
-}
-
-# wrk's "99%  1.23ms" in microseconds.
-wrk_us() {
-	awk '{ v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v);
-	       m = (u == "us") ? 1 : (u == "ms") ? 1000 : (u == "s") ? 1000000 : 0; printf "%.1f", v * m }'
-}
-
-client_http() { # depth port
-	local out req rps p99 errs
-	if have wrk; then
-		local script=()
-		(($1 > 1)) && script=(-s "$ROOT/bench/pipeline.lua")
-		out=$(taskset -c "$CLIENT_CPU" timeout $((${SECS%.*} + 30)) wrk -t1 -c"$HTTP_CONNS" -d"${SECS}s" --latency \
-			"${script[@]}" "http://127.0.0.1:$2/plaintext" -- "$1") || true
-		req=$(awk '/requests in/ { print $1 }' <<<"$out")
-		rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
-		p99=$(grep -E '^ +99%' <<<"$out" | wrk_us)
-		errs=$(awk '/Non-2xx|Socket errors/ { n++ } END { print n + 0 }' <<<"$out")
-		echo "${req:-0} ${rps:-0} ${p99:-0} $errs"
-	else
-		out=$(taskset -c "$CLIENT_CPU" timeout $((${SECS%.*} + 30)) "$BUILD/bench/http_client" --conns "$HTTP_CONNS" \
-			--depth "$1" --port "$2" --duration "$SECS" --csv) || true
-		IFS=, read -r _ _ _ req rps _ p99 _ non2xx errs <<<"$out"
-		echo "${req:-0} ${rps:-0} ${p99:-0} $((${non2xx:-0} + ${errs:-1}))"
-	fi
-}
-
-client_resp() { # test pipeline port
-	local n=$RESP_N1 out
-	(($2 > 1)) && n=$RESP_N16
-	out=$(taskset -c "$CLIENT_CPU" timeout 120 redis-benchmark -p "$3" -t "$1" -n "$n" -c 50 -P "$2" --csv 2>/dev/null |
-		tail -n +2 | head -1 | tr -d '"') || true
-	IFS=, read -r _ rps _ _ _ _ p99 _ <<<"$out"
-	[[ -n ${rps:-} ]] || { echo "0 0 0 1"; return; }
-	echo "$n $rps $(awk -v m="$p99" 'BEGIN { printf "%.1f", m * 1000 }') 0"
-}
 
 # ---- one measurement ----
 
