@@ -21,12 +21,14 @@ perch, perch-epoll, uring-baseline, epoll-baseline (echo loads), nginx (http), r
 needed) on every thread of the server and its children while the client runs. Each sample is
 put in one bucket: kernel; perch (a function of the server binary whose source, by its debug
 info (nm -l), is under lib/ or pipes/: libperch is linked statically); app (under examples/);
-libc; liburing; other (the loader, vdso, a function with no source). Prints the shares, perch's
+libc; liburing; other (a function of ours with no source: crt, PLT); any other library by
+its name. A foreign server's (nginx, redis) own code is app. Prints the shares, perch's
 share of the user samples, and the top functions; with the server's CPU per request over the
 same run (/proc/PID/stat), perch's share in microseconds.
--m syscalls: perf stat on every syscalls:sys_enter_* tracepoint of the server while the
-client runs: syscalls per request (the client's count) with the server at full speed; counts
-do not depend on how loaded the machine is, only on how many requests a loop turn batches.
+-m syscalls: perf stat on every syscalls:sys_enter_* tracepoint (and page-faults) of the
+server while the client runs: syscalls and page faults per request (the client's count),
+the server at full speed; counts do not depend on how loaded the machine is, only on how
+many requests a loop turn batches.
 -m strace: strace -c -f, as a cross-check: ptrace slows the server, so its turns batch more
 requests and per-request counts of per-turn syscalls read lower than untraced.
 -m all: one run of each (separate server starts: the tracers would distort each other).
@@ -152,7 +154,7 @@ function_sources() {
 
 # Reads `perf script -F ip,sym,dso` and prints the report of one profile.
 bucket_samples() { # binary sources-file
-	awk -v bin="$(readlink -f "$1")" -v root="$ROOT" -v top="$TOP" -F'\t' '
+	awk -v bin="$(readlink -f "$1")" -v root="$ROOT" -F'\t' '
 	FILENAME == ARGV[1] { src[$1] = $2; next }
 	{
 		n = split($0, w, " "); if (n < 3) next
@@ -161,12 +163,12 @@ bucket_samples() { # binary sources-file
 		else if (dso == bin) {
 			f = (sym in src) ? src[sym] : ""
 			if (index(f, root "/lib/") == 1 || index(f, root "/pipes/") == 1 || (f == "" && sym ~ /^perch_/)) b = "perch"
-			else if (f == "") b = "other"
-			else b = "app"
+			else if (f == "" && index(bin, root "/") == 1) b = "other" # our binary, no source: crt, PLT
+			else b = "app" # examples/, a baseline, or the code of a foreign server
 		} else if (dso ~ /\/libc\.so/) b = "libc"
 		else if (dso ~ /\/liburing\.so/) b = "liburing"
 		else if (dso ~ /\[unknown\]/) b = "unknown"
-		else { b = "other"; if (bin !~ /\/examples\//) { b = dso; sub(/.*\//, "", b) } }
+		else { b = dso; sub(/.*\//, "", b) } # the loader, vdso, the libraries of a foreign server
 		count[b]++; total++
 		if (b != "kernel") user++
 		fn[b "\t" sym]++
@@ -177,7 +179,8 @@ bucket_samples() { # binary sources-file
 		for (b in count) printf "bucket\t%s\t%d\t%.1f%% of all\t%s\n", b, count[b], 100 * count[b] / total,
 			b == "kernel" ? "" : sprintf("%.1f%% of user", user ? 100 * count[b] / user : 0)
 		printf "perch_share\t%.4f\t%.4f\n", count["perch"] / total, user ? count["perch"] / user : 0
-		for (k in fn) print "fn\t" fn[k] "\t" k | "sort -t\"\t\" -k2,2nr | head -n " top
+		# Every function, most samples first (the summary prints the first TOP of all and of user).
+		for (k in fn) print "fn\t" fn[k] "\t" k | "sort -t\"\t\" -k2,2nr"
 	}' "$2" -
 }
 
@@ -202,10 +205,12 @@ profile_perf() { # load port cmd
 	awk -F'\t' '/^server cpu/ { split($0, a, " "); us = a[3]; print "  " $0 } /^perch_share/ { all = $2; user = $3 }
 		/^samples/ { print "  " $0 }
 		/^bucket/ { printf "  %-9s %6d samples %7s %s\n", $2, $3, $4, $5 }
-		END { printf "  perch: %.1f%% of all server CPU, %.1f%% of its user CPU; %.2f of %.2f us/req\n", all * 100, user * 100, all * us, us }' \
-		"$report"
+		END { if (perch) printf "  perch: %.1f%% of all server CPU, %.1f%% of its user CPU; %.2f of %.2f us/req\n", all * 100, user * 100, all * us, us }' \
+		perch="$([[ $SERVER == perch* ]] && echo 1 || echo 0)" "$report"
 	echo "  top functions:"
-	awk -F'\t' '$1 == "fn" { printf "    %6d  %-9s %s\n", $2, $3, $4 }' "$report"
+	awk -F'\t' -v top="$TOP" '$1 == "fn" && n++ < top { printf "    %6d  %-9s %s\n", $2, $3, $4 }' "$report"
+	echo "  top user functions:"
+	awk -F'\t' -v top="$TOP" '$1 == "fn" && $3 != "kernel" && n++ < top { printf "    %6d  %-9s %s\n", $2, $3, $4 }' "$report"
 }
 
 # ---- strace: syscalls per request ----
@@ -233,7 +238,7 @@ profile_strace() { # load port cmd
 
 profile_syscalls() { # load port cmd
 	local log=$TMP/$1-$SERVER.sysstat report=$OUT/$1-$SERVER.syscalls.txt res req
-	start_tracer timeout $((SECS + 90)) perf stat -x, -o "$log" -e 'syscalls:sys_enter_*' -p "$(server_pids)"
+	start_tracer timeout $((SECS + 90)) perf stat -x, -o "$log" -e 'syscalls:sys_enter_*' -e page-faults -p "$(server_pids)"
 	res=$(run_client "$1" "$2")
 	stop_tracer
 	read -r req _ _ _ <<<"$res"
@@ -242,7 +247,9 @@ profile_syscalls() { # load port cmd
 		awk -F, -v n="$req" '$3 ~ /^syscalls:sys_enter_/ && $1 + 0 > 0 {
 			name = $3; sub(/^syscalls:sys_enter_/, "", name); total += $1
 			printf "%-20s %10d calls %8.3f per request\n", name, $1, n ? $1 / n : 0 | "sort -k4,4nr"
-		} END { close("sort -k4,4nr"); printf "%-20s %10d calls %8.3f per request\n", "total", total, n ? total / n : 0 }' "$log"
+		} $3 == "page-faults" { faults = $1 }
+		END { close("sort -k4,4nr"); printf "%-20s %10d calls %8.3f per request\n", "total", total, n ? total / n : 0
+		      printf "%-20s %10d       %8.3f per request\n", "(page faults)", faults, n ? faults / n : 0 }' "$log"
 	} >"$report"
 	sed 's/^/  /' "$report"
 }

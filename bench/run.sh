@@ -111,13 +111,15 @@ done
 
 # measure SCENARIO LOAD SERVER CMD ROUND CLIENT-FUNCTION ARGS...: one server run under one load, one row in raw.tsv.
 measure() {
-	local scen=$1 load=$2 name=$3 cmd=$4 round=$5 port=$((PORT++)) c0 c1 w0 w1 res
+	local scen=$1 load=$2 name=$3 cmd=$4 round=$5 port=$((PORT++)) c0 c1 w0 w1 k0 k1 res
 	shift 5
 	start_server "$cmd" "$port" || { printf '%s\t%s\t%s\t%s\tFAILED\n' "$scen" "$load" "$name" "$round" >>"$RAW"; return; }
 	c0=$(server_cpu)
+	k0=$(core_ticks "$CLIENT_CPU")
 	w0=$EPOCHREALTIME
 	res=$("$@" "$port")
 	w1=$EPOCHREALTIME
+	k1=$(core_ticks "$CLIENT_CPU")
 	c1=$(server_cpu)
 	stop_server
 	local req thr p99 errs u0 s0 u1 s1
@@ -127,10 +129,11 @@ measure() {
 	local uus sus sat
 	uus=$(awk -v d=$((u1 - u0)) -v n="$req" -v h="$CLK_TCK" 'BEGIN { printf "%.2f", n ? d * 1e6 / h / n : 0 }')
 	sus=$(awk -v d=$((s1 - s0)) -v n="$req" -v h="$CLK_TCK" 'BEGIN { printf "%.2f", n ? d * 1e6 / h / n : 0 }')
-	# wall s, server CPU s, utilisation (CPU s / wall s) and capacity (requests per server-CPU second).
-	sat=$(awk -v w0="$w0" -v w1="$w1" -v d=$((u1 - u0 + s1 - s0)) -v n="$req" -v h="$CLK_TCK" 'BEGIN {
-		w = w1 - w0; c = d / h
-		printf "%.3f\t%.2f\t%.3f\t%.0f", w, c, (w > 0 ? c / w : 0), (c > 0 ? n / c : 0) }')
+	# wall s, server CPU s, utilisation (CPU s / wall s), capacity (requests per server-CPU second),
+	# and how busy the client's core was (busy ticks over all ticks of that core).
+	sat=$(awk -v w0="$w0" -v w1="$w1" -v d=$((u1 - u0 + s1 - s0)) -v n="$req" -v h="$CLK_TCK" -v k0="$k0" -v k1="$k1" 'BEGIN {
+		w = w1 - w0; c = d / h; split(k0, a, " "); split(k1, b, " "); kt = b[2] - a[2]
+		printf "%.3f\t%.2f\t%.3f\t%.0f\t%.3f", w, c, (w > 0 ? c / w : 0), (c > 0 ? n / c : 0), (kt > 0 ? (b[1] - a[1]) / kt : 0) }')
 	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$scen" "$load" "$name" "$round" "$thr" "$p99" "$uus" "$sus" \
 		"$errs" "$sat" >>"$RAW"
 	local util
@@ -250,13 +253,14 @@ summarize() {
 		thr[k] = thr[k] " " $5; p99[k] = p99[k] " " $6; us[k] = us[k] " " $7; sy[k] = sy[k] " " $8
 		errs[k] += $9; runs[k]++
 		if (NF >= 13) { ut[k] = ut[k] " " $12; cap[k] = cap[k] " " $13 } # raw.tsv from before these columns has none
+		if (NF >= 14) cl[k] = cl[k] " " $14
 	}
 	function util(k) { return (k in ut) ? median(ut[k]) : -1 }
 	function capa(k) { return (k in cap) ? median(cap[k]) : 0 }
 	function client_bound(k) { return util(k) >= 0 && util(k) < bound }
 	END {
-		print "| scenario | load | server | throughput/s (median) | p99 us | user us/req | sys us/req | ratio | capacity ratio | server CPU | capacity req/CPU-s | bound by | runs | errors |"
-		print "|---|---|---|---:|---:|---:|---:|---|---|---:|---:|---|---:|---:|"
+		print "| scenario | load | server | throughput/s (median) | p99 us | user us/req | sys us/req | ratio | capacity ratio | server CPU | client core | capacity req/CPU-s | bound by | runs | errors |"
+		print "|---|---|---|---:|---:|---:|---:|---|---|---:|---:|---:|---|---:|---:|"
 		for (i = 1; i <= n; i++) {
 			k = order[i]
 			split(k, f, SUBSEP)
@@ -271,8 +275,9 @@ summarize() {
 			}
 			p = median(p99[k]); p = p > 0 ? sprintf("%.1f", p) : "-" # stream loads have no round trip
 			u = util(k)
-			printf "| %s | %s | %s | %.0f | %s | %.2f | %.2f | %s | %s | %s | %s | %s | %d | %d |\n", f[1], f[2], f[3], m,
+			printf "| %s | %s | %s | %.0f | %s | %.2f | %.2f | %s | %s | %s | %s | %s | %s | %d | %d |\n", f[1], f[2], f[3], m,
 				p, median(us[k]), median(sy[k]), ratio, cratio, u < 0 ? "-" : sprintf("%.0f%%", u * 100),
+				(k in cl) ? sprintf("%.0f%%", median(cl[k]) * 100) : "-",
 				c ? sprintf("%.0f", c) : "-", u < 0 ? "-" : (u < bound ? "**client**" : "server"), runs[k], errs[k]
 		}
 	}' "$RAW"
@@ -344,6 +349,7 @@ write_results() {
 		echo "ratio compares that. A server under $(awk -v b="$BOUND_UTIL" 'BEGIN { print b * 100 }')% of its core was not the bottleneck: the"
 		echo "**client** bounded that run (the client is single-threaded on the other core), and a throughput ratio"
 		echo "with such a run on either side is starred (*): it measures the client's pace, read the capacity ratio."
+		echo "Client core: how busy core $CLIENT_CPU was over the run (/proc/stat; anything else running there counts too)."
 		echo
 		[[ -s $RAW ]] && summarize
 		if [[ -s $TMP/flood.tsv ]]; then
@@ -354,7 +360,7 @@ write_results() {
 		fi
 		echo
 		echo "Raw rounds: raw.tsv (scenario, load, server, round, throughput, p99 us, user us/req, sys us/req, errors,"
-		echo "wall s, server CPU s, server CPU / wall, capacity in requests per server-CPU second)."
+		echo "wall s, server CPU s, server CPU / wall, capacity in requests per server-CPU second, client core busy share)."
 	} >"$md"
 	[[ -s $RAW ]] && cp "$RAW" "$OUT/raw.tsv"
 	[[ -s $TMP/flood.tsv ]] && cp "$TMP/flood.tsv" "$OUT/flood.tsv"

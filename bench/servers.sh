@@ -103,6 +103,11 @@ server_cpu() {
 	echo "$u $s"
 }
 
+# Busy and total ticks of core $1 so far (/proc/stat), e.g. "812 1000": whatever ran there, not only the client.
+core_ticks() {
+	awk -v c="cpu$1" '$1 == c { busy = $2 + $3 + $4 + $7 + $8 + $9; print busy, busy + $5 + $6 }' /proc/stat
+}
+
 # ---- clients: each prints "requests throughput p99_us errors" ----
 
 client_echo() { # mode conns size port
