@@ -37,6 +37,8 @@ perch servers are command lines with {port} (a server whose program is missing i
   PERCH_ECHO_MULTISHOT  default: PERCH_ECHO --backend uring --recv multishot
   PERCH_ECHO_SINGLESHOT default: PERCH_ECHO --backend uring --recv singleshot
   PERCH_ECHO_EPOLL      default: PERCH_ECHO --backend epoll
+  PERCH_ECHO_VS, PERCH_HTTPD_VS, PERCH_RESP_VS: "NAME|COMMAND" adds a server right after perch
+                        in its group (another build of perch, say), in the same interleaved rounds
 
 It installs nothing. The Debian packages it uses: wrk nginx-light redis-server redis-tools
 gnuplot-nox (as root: apt-get install -y wrk nginx-light redis-server redis-tools gnuplot-nox,
@@ -173,7 +175,7 @@ rounds() {
 
 scenario_echo() {
 	local servers
-	servers=$(pick "perch|$PERCH_ECHO" "uring-baseline|$URING_ECHO" "epoll-baseline|$EPOLL_ECHO")
+	servers=$(pick "perch|$PERCH_ECHO" ${PERCH_ECHO_VS:+"$PERCH_ECHO_VS"} "uring-baseline|$URING_ECHO" "epoll-baseline|$EPOLL_ECHO")
 	echo "== echo: ping-pong, $ECHO_CONNS connections x $ECHO_SIZE B; stream, $STREAM_CONNS x $STREAM_SIZE B"
 	rounds "$ROUNDS" echo pingpong client_echo pingpong "$ECHO_CONNS" "$ECHO_SIZE" <<<"$servers"
 	rounds "$ROUNDS" echo stream client_echo stream "$STREAM_CONNS" "$STREAM_SIZE" <<<"$servers"
@@ -182,7 +184,7 @@ scenario_echo() {
 scenario_http() {
 	local servers client=wrk
 	have wrk || client="bench/http_client (wrk is not installed)"
-	servers=$(pick "perch|$PERCH_HTTPD" "nginx|$NGINX")
+	servers=$(pick "perch|$PERCH_HTTPD" ${PERCH_HTTPD_VS:+"$PERCH_HTTPD_VS"} "nginx|$NGINX")
 	echo "== http: GET /plaintext, $HTTP_CONNS connections, $client; plain and 16-deep pipelined"
 	rounds "$ROUNDS" http plain client_http 1 <<<"$servers"
 	rounds "$ROUNDS" http pipelined-16 client_http 16 <<<"$servers"
@@ -191,7 +193,7 @@ scenario_http() {
 scenario_resp() {
 	local servers t p
 	have redis-benchmark || { echo "== resp: skipped, redis-benchmark is not installed (redis-tools)"; return; }
-	servers=$(pick "perch|$PERCH_RESP" "redis|$REDIS")
+	servers=$(pick "perch|$PERCH_RESP" ${PERCH_RESP_VS:+"$PERCH_RESP_VS"} "redis|$REDIS")
 	echo "== resp: redis-benchmark -c 50, tests: $RESP_TESTS; -P 1 and -P 16"
 	for p in 1 16; do
 		for t in $RESP_TESTS; do
