@@ -19,7 +19,10 @@ perch, perch-epoll, uring-baseline, epoll-baseline (echo loads), nginx (http), r
 
 -m perf (the default): perf record -e cpu-clock (a software event: no hardware counters
 needed) on every thread of the server and its children while the client runs. Each sample is
-put in one bucket: kernel; perch (a function of the server binary whose source, by its debug
+put in one bucket: kernel; syscall-exit (one of the two instructions after a call of the
+server binary into a library function that makes a syscall, io_uring_submit_and_wait say: a
+sample that fell due while the kernel returned is taken there, so it is the kernel's time,
+not the caller's); perch (a function of the server binary whose source, by its debug
 info (nm -l), is under lib/ or pipes/: libperch is linked statically); app (under examples/);
 libc; liburing; other (a function of ours with no source: crt, PLT); any other library by
 its name. A foreign server's (nginx, redis) own code is app. Prints the shares, perch's
@@ -91,7 +94,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-for tool in taskset perf strace nm; do
+for tool in taskset perf strace nm objdump; do
 	have "$tool" || { echo "profile.sh: $tool is required (Debian: linux-perf, strace, binutils)" >&2; exit 1; }
 done
 
@@ -147,19 +150,34 @@ start_tracer() {
 
 # ---- perf: samples by bucket ----
 
-# "function<TAB>source file" for every function of BINARY that has debug info.
+# "function<TAB>source file<TAB>address" for every function of BINARY that has debug info.
 function_sources() {
-	nm -l --defined-only "$1" | awk -F'\t' 'NF == 2 { split($1, a, " "); if (a[2] ~ /^[tTwW]$/) { sub(/:[0-9]+$/, "", $2); print a[3] "\t" $2 } }'
+	nm -l --defined-only "$1" | awk -F'\t' 'NF == 2 { split($1, a, " "); if (a[2] ~ /^[tTwW]$/) { sub(/:[0-9]+$/, "", $2); print a[3] "\t" $2 "\t" a[1] } }'
 }
 
-# Reads `perf script -F ip,sym,dso` and prints the report of one profile.
-bucket_samples() { # binary sources-file
+# The addresses (hex) of the two instructions after each call of BINARY into a library function
+# that makes a syscall. A cpu-clock sample that falls due while the kernel returns from the
+# syscall is taken on the first user instructions after it: there, it is the kernel's time.
+syscall_returns() {
+	objdump -d --no-show-raw-insn "$1" | awk -F'[:\t]' '
+		after > 0 && $1 ~ /^ *[0-9a-f]+$/ { a = $1; gsub(/ /, "", a); print a; after-- }
+		/call .*<(io_uring_(submit|enter|wait|get_events|peek)[a-z_]*|__io_uring_get_cqe|gettid|syscall|epoll_wait|epoll_ctl|recv[a-z]*|send[a-z]*|read|write|writev|close|accept4?|setsockopt|madvise)@plt>/ { after = 2 }'
+}
+
+# Reads `perf script -F ip,sym,symoff,dso` and prints the report of one profile.
+bucket_samples() { # binary sources-file syscall-returns-file
 	awk -v bin="$(readlink -f "$1")" -v root="$ROOT" -F'\t' '
-	FILENAME == ARGV[1] { src[$1] = $2; next }
+	function hex(h,   i, v) { v = 0; h = tolower(h); sub(/^0x/, "", h)
+		for (i = 1; i <= length(h); i++) v = v * 16 + index("0123456789abcdef", substr(h, i, 1)) - 1
+		return v }
+	FILENAME == ARGV[1] { src[$1] = $2; if ($1 in addr) addr[$1] = -1; else addr[$1] = hex($3); next } # -1: a name twice
+	FILENAME == ARGV[2] { exitpc[hex($1)] = 1; next }
 	{
 		n = split($0, w, " "); if (n < 3) next
-		dso = w[n]; gsub(/[()]/, "", dso); sym = w[n - 1]
+		dso = w[n]; gsub(/[()]/, "", dso); sym = w[n - 1]; off = -1
+		if (split(sym, so, /[+]0x/) == 2) { sym = so[1]; off = hex(so[2]) }
 		if (dso ~ /kernel|^\[k/) b = "kernel"
+		else if (dso == bin && off >= 0 && addr[sym] > 0 && ((addr[sym] + off) in exitpc)) b = "syscall-exit"
 		else if (dso == bin) {
 			f = (sym in src) ? src[sym] : ""
 			if (index(f, root "/lib/") == 1 || index(f, root "/pipes/") == 1 || (f == "" && sym ~ /^perch_/)) b = "perch"
@@ -170,18 +188,18 @@ bucket_samples() { # binary sources-file
 		else if (dso ~ /\[unknown\]/) b = "unknown"
 		else { b = dso; sub(/.*\//, "", b) } # the loader, vdso, the libraries of a foreign server
 		count[b]++; total++
-		if (b != "kernel") user++
+		if (b != "kernel" && b != "syscall-exit") user++
 		fn[b "\t" sym]++
 	}
 	END {
 		if (!total) { print "no samples"; exit }
-		printf "samples %d (user %d, kernel %d)\n", total, user, count["kernel"]
+		printf "samples %d (user %d, kernel %d, syscall-exit %d)\n", total, user, count["kernel"], count["syscall-exit"]
 		for (b in count) printf "bucket\t%s\t%d\t%.1f%% of all\t%s\n", b, count[b], 100 * count[b] / total,
-			b == "kernel" ? "" : sprintf("%.1f%% of user", user ? 100 * count[b] / user : 0)
+			(b == "kernel" || b == "syscall-exit") ? "" : sprintf("%.1f%% of user", user ? 100 * count[b] / user : 0)
 		printf "perch_share\t%.4f\t%.4f\n", count["perch"] / total, user ? count["perch"] / user : 0
 		# Every function, most samples first (the summary prints the first TOP of all and of user).
 		for (k in fn) print "fn\t" fn[k] "\t" k | "sort -t\"\t\" -k2,2nr"
-	}' "$2" -
+	}' "$2" "$3" -
 }
 
 profile_perf() { # load port cmd
@@ -195,12 +213,13 @@ profile_perf() { # load port cmd
 	stop_tracer
 	read -r req _ _ _ <<<"$res"
 	function_sources "$bin" >"$TMP/sources.tsv"
+	syscall_returns "$bin" >"$TMP/exits.txt"
 	{
 		echo "# $1 on $SERVER ($3): perf record -e cpu-clock -F $PERF_FREQ, $req requests"
 		awk -v c0="$c0" -v c1="$c1" -v h="$CLK_TCK" -v n="$req" 'BEGIN { split(c0, a, " "); split(c1, b, " ")
 			u = (b[1] - a[1]) * 1e6 / h; s = (b[2] - a[2]) * 1e6 / h
 			printf "server cpu %.2f us/req (user %.2f, sys %.2f; /proc/PID/stat, under perf)\n", n ? (u + s) / n : 0, n ? u / n : 0, n ? s / n : 0 }'
-		perf script -i "$data" -F ip,sym,dso 2>/dev/null | bucket_samples "$bin" "$TMP/sources.tsv"
+		perf script -i "$data" -F ip,sym,symoff,dso 2>/dev/null | bucket_samples "$bin" "$TMP/sources.tsv" "$TMP/exits.txt"
 	} >"$report"
 	awk -F'\t' '/^server cpu/ { split($0, a, " "); us = a[3]; print "  " $0 } /^perch_share/ { all = $2; user = $3 }
 		/^samples/ { print "  " $0 }
