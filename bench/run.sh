@@ -22,7 +22,10 @@ Scenarios (default: all of them, in this order):
 Each round starts every server afresh, one at a time, pinned to core SERVER_CPU (0), with
 the client pinned to CLIENT_CPU (1); servers run in the same order every round (ABAB...).
 CPU per request is the server's utime and stime (its process and its children, from
-/proc/PID/stat) over the load, divided by the requests the client completed.
+/proc/PID/stat) over the load, divided by the requests the client completed. Each row also
+records the server's CPU over the client's wall time (its share of a core) and its capacity,
+requests per server-CPU second; a server under BOUND_UTIL (0.90) of its core is marked
+client-bound in results.md, and ratios are given for throughput and for capacity.
 
 Options: -r rounds (ROUNDS, 5; FLOOD_ROUNDS, 3), -d seconds a load (SECS, 3),
 -o where results.md, raw.tsv and the PNGs go (OUT, doc/perf), -b the build dir (BUILD, build).
@@ -34,6 +37,8 @@ perch servers are command lines with {port} (a server whose program is missing i
   PERCH_ECHO_MULTISHOT  default: PERCH_ECHO --backend uring --recv multishot
   PERCH_ECHO_SINGLESHOT default: PERCH_ECHO --backend uring --recv singleshot
   PERCH_ECHO_EPOLL      default: PERCH_ECHO --backend epoll
+  PERCH_ECHO_VS, PERCH_HTTPD_VS, PERCH_RESP_VS: "NAME|COMMAND" adds a server right after perch
+                        in its group (another build of perch, say), in the same interleaved rounds
 
 It installs nothing. The Debian packages it uses: wrk nginx-light redis-server redis-tools
 gnuplot-nox (as root: apt-get install -y wrk nginx-light redis-server redis-tools gnuplot-nox,
@@ -43,6 +48,8 @@ EOF
 }
 
 ROOT=$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)
+# shellcheck source=bench/servers.sh
+. "$ROOT/bench/servers.sh"
 ROUNDS=${ROUNDS:-5}
 FLOOD_ROUNDS=${FLOOD_ROUNDS:-3}
 SECS=${SECS:-3}
@@ -54,14 +61,12 @@ ECHO_CONNS=${ECHO_CONNS:-50} ECHO_SIZE=${ECHO_SIZE:-64}
 STREAM_CONNS=${STREAM_CONNS:-8} STREAM_SIZE=${STREAM_SIZE:-4096}
 HTTP_CONNS=${HTTP_CONNS:-50}
 RESP_TESTS=${RESP_TESTS:-ping_mbulk set get} RESP_N1=${RESP_N1:-100000} RESP_N16=${RESP_N16:-1000000}
+BOUND_UTIL=${BOUND_UTIL:-0.90} # a server under this share of its core was not what bounded the load
 
 while getopts "r:d:o:b:h" opt; do
 	case $opt in
 	r) ROUNDS=$OPTARG FLOOD_ROUNDS=$OPTARG ;;
-	d) SECS=$OPTARG ;;
-	o) OUT=$OPTARG ;;
-	b) BUILD=$OPTARG ;;
-	*) usage ;;
+	*) common_opt "$opt" "${OPTARG:-}" || usage ;;
 	esac
 done
 shift $((OPTIND - 1))
@@ -74,16 +79,7 @@ for s in "${SCENARIOS[@]}"; do
 	[[ $s =~ ^(echo|http|resp|flood)$ ]] || { echo "run.sh: unknown scenario '$s'" >&2; usage; }
 done
 
-PERCH_ECHO=${PERCH_ECHO:-"$BUILD/examples/echo/echo --port {port}"}
-PERCH_HTTPD=${PERCH_HTTPD:-"$BUILD/examples/httpd/httpd --port {port} --threads 1"}
-PERCH_RESP=${PERCH_RESP:-"$BUILD/examples/resp/resp --port {port} --threads 1"}
-PERCH_ECHO_MULTISHOT=${PERCH_ECHO_MULTISHOT:-"$PERCH_ECHO --backend uring --recv multishot"}
-PERCH_ECHO_SINGLESHOT=${PERCH_ECHO_SINGLESHOT:-"$PERCH_ECHO --backend uring --recv singleshot"}
-PERCH_ECHO_EPOLL=${PERCH_ECHO_EPOLL:-"$PERCH_ECHO --backend epoll"}
-URING_ECHO="$BUILD/bench/baseline_uring_echo --port {port}"
-EPOLL_ECHO="$BUILD/bench/baseline_epoll_echo --port {port}"
-REDIS="redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --protected-mode no --logfile ''"
-NGINX="nginx -p {dir} -c {dir}/nginx-{port}.conf -e {dir}/nginx-error.log"
+server_defaults
 
 TMP=$(mktemp -d /tmp/perch-bench.XXXXXX)
 RAW=$TMP/raw.tsv
@@ -100,7 +96,6 @@ trap 'exit 130' INT TERM
 
 # ---- what is here ----
 
-have() { command -v "$1" >/dev/null 2>&1; }
 MISSING=()
 for tool in taskset wrk nginx redis-server redis-benchmark gnuplot; do
 	have "$tool" || MISSING+=("$tool")
@@ -114,150 +109,40 @@ for prog in echo_client flood_client http_client baseline_uring_echo baseline_ep
 	[[ -x $BUILD/bench/$prog ]] || { echo "run.sh: $BUILD/bench/$prog is missing: run ./dev build first" >&2; exit 1; }
 done
 
-# The program a command line runs (its first word), installed or built.
-runnable() {
-	local first
-	read -r first _ <<<"$1"
-	[[ -x $first ]] || have "$first"
-}
-
-# ---- servers ----
-
-nginx_conf() {
-	cat >"$TMP/nginx-$1.conf" <<EOF
-# One worker, no logging, keep-alive without a request limit, one fixed body: the same work as perch httpd's plaintext route.
-worker_processes 1;
-daemon off;
-pid $TMP/nginx-$1.pid;
-events { worker_connections 4096; }
-http {
-	access_log off;
-	default_type text/plain;
-	keepalive_requests 100000000;
-	keepalive_timeout 60s;
-	client_body_temp_path $TMP/nginx-body;
-	server {
-		listen 127.0.0.1:$1;
-		location / { return 200 "Hello, World!"; }
-	}
-}
-EOF
-}
-
-# Starts the command line $1 on port $2, pinned, and waits until the port accepts.
-start_server() {
-	local cmd=${1//\{port\}/$2} port=$2 t
-	cmd=${cmd//\{dir\}/$TMP}
-	[[ $cmd == nginx* ]] && nginx_conf "$port"
-	eval "exec taskset -c $SERVER_CPU $cmd" </dev/null >>"$TMP/server.log" 2>&1 &
-	SERVER_PID=$!
-	for ((t = 0; t < 100; t++)); do
-		if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-			echo "run.sh: server exited at start: $cmd (log: tail of $TMP/server.log follows)" >&2
-			tail -5 "$TMP/server.log" >&2
-			SERVER_PID=""
-			return 1
-		fi
-		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
-		sleep 0.05
-	done
-	echo "run.sh: $cmd did not accept on port $port within 5 s" >&2
-	stop_server
-	return 1
-}
-
-stop_server() {
-	[[ -n $SERVER_PID ]] || return 0
-	kill "$SERVER_PID" 2>/dev/null || true
-	for ((t = 0; t < 40; t++)); do
-		kill -0 "$SERVER_PID" 2>/dev/null || break
-		sleep 0.05
-	done
-	kill -KILL "$SERVER_PID" 2>/dev/null || true
-	wait "$SERVER_PID" 2>/dev/null || true
-	SERVER_PID=""
-}
-
-# utime and stime ticks of the server and its children (nginx's worker), e.g. "123 45".
-server_cpu() {
-	local pid u=0 s=0 stat f
-	for pid in $SERVER_PID $(pgrep -P "$SERVER_PID" || true); do
-		stat=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
-		stat=${stat##*) } # fields after the command name, which may hold spaces
-		read -r -a f <<<"$stat"
-		u=$((u + f[11])) s=$((s + f[12]))
-	done
-	echo "$u $s"
-}
-
-# ---- clients: each prints "requests throughput p99_us errors" ----
-
-client_echo() { # mode conns size port
-	local line
-	line=$(taskset -c "$CLIENT_CPU" timeout $((${SECS%.*} + 30)) "$BUILD/bench/echo_client" --mode "$1" --conns "$2" \
-		--size "$3" --port "$4" --duration "$SECS" --csv) || true
-	[[ -n $line ]] || { echo "0 0 0 1"; return; }
-	IFS=, read -r _ _ _ _ msgs mps _ _ p99 _ errs <<<"$line"
-	echo "$msgs $mps $p99 $errs"
-}
-
-# wrk's "99%  1.23ms" in microseconds.
-wrk_us() {
-	awk '{ v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v);
-	       m = (u == "us") ? 1 : (u == "ms") ? 1000 : (u == "s") ? 1000000 : 0; printf "%.1f", v * m }'
-}
-
-client_http() { # depth port
-	local out req rps p99 errs
-	if have wrk; then
-		local script=()
-		(($1 > 1)) && script=(-s "$ROOT/bench/pipeline.lua")
-		out=$(taskset -c "$CLIENT_CPU" timeout $((${SECS%.*} + 30)) wrk -t1 -c"$HTTP_CONNS" -d"${SECS}s" --latency \
-			"${script[@]}" "http://127.0.0.1:$2/plaintext" -- "$1") || true
-		req=$(awk '/requests in/ { print $1 }' <<<"$out")
-		rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
-		p99=$(grep -E '^ +99%' <<<"$out" | wrk_us)
-		errs=$(awk '/Non-2xx|Socket errors/ { n++ } END { print n + 0 }' <<<"$out")
-		echo "${req:-0} ${rps:-0} ${p99:-0} $errs"
-	else
-		out=$(taskset -c "$CLIENT_CPU" timeout $((${SECS%.*} + 30)) "$BUILD/bench/http_client" --conns "$HTTP_CONNS" \
-			--depth "$1" --port "$2" --duration "$SECS" --csv) || true
-		IFS=, read -r _ _ _ req rps _ p99 _ non2xx errs <<<"$out"
-		echo "${req:-0} ${rps:-0} ${p99:-0} $((${non2xx:-0} + ${errs:-1}))"
-	fi
-}
-
-client_resp() { # test pipeline port
-	local n=$RESP_N1 out
-	(($2 > 1)) && n=$RESP_N16
-	out=$(taskset -c "$CLIENT_CPU" timeout 120 redis-benchmark -p "$3" -t "$1" -n "$n" -c 50 -P "$2" --csv 2>/dev/null |
-		tail -n +2 | head -1 | tr -d '"') || true
-	IFS=, read -r _ rps _ _ _ _ p99 _ <<<"$out"
-	[[ -n ${rps:-} ]] || { echo "0 0 0 1"; return; }
-	echo "$n $rps $(awk -v m="$p99" 'BEGIN { printf "%.1f", m * 1000 }') 0"
-}
-
 # ---- one measurement ----
 
 # measure SCENARIO LOAD SERVER CMD ROUND CLIENT-FUNCTION ARGS...: one server run under one load, one row in raw.tsv.
 measure() {
-	local scen=$1 load=$2 name=$3 cmd=$4 round=$5 port=$((PORT++)) c0 c1 res
+	local scen=$1 load=$2 name=$3 cmd=$4 round=$5 port=$((PORT++)) c0 c1 w0 w1 k0 k1 res
 	shift 5
 	start_server "$cmd" "$port" || { printf '%s\t%s\t%s\t%s\tFAILED\n' "$scen" "$load" "$name" "$round" >>"$RAW"; return; }
 	c0=$(server_cpu)
+	k0=$(core_ticks "$CLIENT_CPU")
+	w0=$EPOCHREALTIME
 	res=$("$@" "$port")
+	w1=$EPOCHREALTIME
+	k1=$(core_ticks "$CLIENT_CPU")
 	c1=$(server_cpu)
 	stop_server
 	local req thr p99 errs u0 s0 u1 s1
 	read -r req thr p99 errs <<<"$res"
 	read -r u0 s0 <<<"$c0"
 	read -r u1 s1 <<<"$c1"
-	local uus sus
+	local uus sus sat
 	uus=$(awk -v d=$((u1 - u0)) -v n="$req" -v h="$CLK_TCK" 'BEGIN { printf "%.2f", n ? d * 1e6 / h / n : 0 }')
 	sus=$(awk -v d=$((s1 - s0)) -v n="$req" -v h="$CLK_TCK" 'BEGIN { printf "%.2f", n ? d * 1e6 / h / n : 0 }')
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$scen" "$load" "$name" "$round" "$thr" "$p99" "$uus" "$sus" "$errs" >>"$RAW"
-	printf '  round %s  %-16s %-18s %12s/s  p99 %9s us  cpu %6s us user %6s us sys%s\n' "$round" "$load" "$name" \
-		"$thr" "$p99" "$uus" "$sus" "$( ((errs)) && echo "  ERRORS=$errs")"
+	# wall s, server CPU s, utilisation (CPU s / wall s), capacity (requests per server-CPU second),
+	# and how busy the client's core was (busy ticks over all ticks of that core).
+	sat=$(awk -v w0="$w0" -v w1="$w1" -v d=$((u1 - u0 + s1 - s0)) -v n="$req" -v h="$CLK_TCK" -v k0="$k0" -v k1="$k1" 'BEGIN {
+		w = w1 - w0; c = d / h; split(k0, a, " "); split(k1, b, " "); kt = b[2] - a[2]
+		printf "%.3f\t%.2f\t%.3f\t%.0f\t%.3f", w, c, (w > 0 ? c / w : 0), (c > 0 ? n / c : 0), (kt > 0 ? (b[1] - a[1]) / kt : 0) }')
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$scen" "$load" "$name" "$round" "$thr" "$p99" "$uus" "$sus" \
+		"$errs" "$sat" >>"$RAW"
+	local util
+	util=$(cut -f3 <<<"$sat")
+	printf '  round %s  %-16s %-18s %12s/s  p99 %9s us  cpu %6s us user %6s us sys  server cpu %3.0f%%%s\n' "$round" \
+		"$load" "$name" "$thr" "$p99" "$uus" "$sus" "$(awk -v u="$util" 'BEGIN { print u * 100 }')" \
+		"$( ((errs)) && echo "  ERRORS=$errs")"
 }
 
 # The servers of a group that can run here, as "name|cmd" lines; says what it skips.
@@ -290,7 +175,7 @@ rounds() {
 
 scenario_echo() {
 	local servers
-	servers=$(pick "perch|$PERCH_ECHO" "uring-baseline|$URING_ECHO" "epoll-baseline|$EPOLL_ECHO")
+	servers=$(pick "perch|$PERCH_ECHO" ${PERCH_ECHO_VS:+"$PERCH_ECHO_VS"} "uring-baseline|$URING_ECHO" "epoll-baseline|$EPOLL_ECHO")
 	echo "== echo: ping-pong, $ECHO_CONNS connections x $ECHO_SIZE B; stream, $STREAM_CONNS x $STREAM_SIZE B"
 	rounds "$ROUNDS" echo pingpong client_echo pingpong "$ECHO_CONNS" "$ECHO_SIZE" <<<"$servers"
 	rounds "$ROUNDS" echo stream client_echo stream "$STREAM_CONNS" "$STREAM_SIZE" <<<"$servers"
@@ -299,7 +184,7 @@ scenario_echo() {
 scenario_http() {
 	local servers client=wrk
 	have wrk || client="bench/http_client (wrk is not installed)"
-	servers=$(pick "perch|$PERCH_HTTPD" "nginx|$NGINX")
+	servers=$(pick "perch|$PERCH_HTTPD" ${PERCH_HTTPD_VS:+"$PERCH_HTTPD_VS"} "nginx|$NGINX")
 	echo "== http: GET /plaintext, $HTTP_CONNS connections, $client; plain and 16-deep pipelined"
 	rounds "$ROUNDS" http plain client_http 1 <<<"$servers"
 	rounds "$ROUNDS" http pipelined-16 client_http 16 <<<"$servers"
@@ -308,7 +193,7 @@ scenario_http() {
 scenario_resp() {
 	local servers t p
 	have redis-benchmark || { echo "== resp: skipped, redis-benchmark is not installed (redis-tools)"; return; }
-	servers=$(pick "perch|$PERCH_RESP" "redis|$REDIS")
+	servers=$(pick "perch|$PERCH_RESP" ${PERCH_RESP_VS:+"$PERCH_RESP_VS"} "redis|$REDIS")
 	echo "== resp: redis-benchmark -c 50, tests: $RESP_TESTS; -P 1 and -P 16"
 	for p in 1 16; do
 		for t in $RESP_TESTS; do
@@ -357,27 +242,45 @@ function median(list,   a, n, i, j, t) {
 	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }'
 
-# Medians per (scenario, load, server) from raw.tsv, with the ratio of throughput to the group's first server.
+# Medians per (scenario, load, server) from raw.tsv, with the ratios of throughput and of capacity
+# to the group's first server. A server whose median utilisation is under BOUND_UTIL was not the
+# bottleneck: the row says client-bound, and a throughput ratio with such a run on either side is
+# starred (it compares the client's pace, not the servers; the capacity ratio does compare them).
 summarize() {
-	awk -F'\t' "$AWK_MEDIAN"'
-	$5 == "FAILED" { failed[$1 SUBSEP $2 SUBSEP $3]++; next }
+	awk -F'\t' -v bound="$BOUND_UTIL" "$AWK_MEDIAN"'
+	$5 == "FAILED" { next }
 	{
 		k = $1 SUBSEP $2 SUBSEP $3
 		if (!(k in seen)) { seen[k] = 1; order[++n] = k; if (!(($1 SUBSEP $2) in first)) first[$1 SUBSEP $2] = $3 }
 		thr[k] = thr[k] " " $5; p99[k] = p99[k] " " $6; us[k] = us[k] " " $7; sy[k] = sy[k] " " $8
 		errs[k] += $9; runs[k]++
+		if (NF >= 13) { ut[k] = ut[k] " " $12; cap[k] = cap[k] " " $13 } # raw.tsv from before these columns has none
+		if (NF >= 14) cl[k] = cl[k] " " $14
 	}
+	function util(k) { return (k in ut) ? median(ut[k]) : -1 }
+	function capa(k) { return (k in cap) ? median(cap[k]) : 0 }
+	function client_bound(k) { return util(k) >= 0 && util(k) < bound }
 	END {
-		print "| scenario | load | server | throughput/s (median) | p99 us | user us/req | sys us/req | ratio | runs | errors |"
-		print "|---|---|---|---:|---:|---:|---:|---|---:|---:|"
+		print "| scenario | load | server | throughput/s (median) | p99 us | user us/req | sys us/req | ratio | capacity ratio | server CPU | client core | capacity req/CPU-s | bound by | runs | errors |"
+		print "|---|---|---|---:|---:|---:|---:|---|---|---:|---:|---:|---|---:|---:|"
 		for (i = 1; i <= n; i++) {
-			split(order[i], f, SUBSEP)
+			k = order[i]
+			split(k, f, SUBSEP)
 			g = f[1] SUBSEP f[2]; ref = g SUBSEP first[g]
-			m = median(thr[order[i]]); r = median(thr[ref])
-			ratio = (f[3] == first[g]) ? "1.00 (reference)" : sprintf("%.2f x %s", r ? m / r : 0, first[g])
-			p = median(p99[order[i]]); p = p > 0 ? sprintf("%.1f", p) : "-" # stream loads have no round trip
-			printf "| %s | %s | %s | %.0f | %s | %.2f | %.2f | %s | %d | %d |\n", f[1], f[2], f[3], m,
-				p, median(us[order[i]]), median(sy[order[i]]), ratio, runs[order[i]], errs[order[i]]
+			m = median(thr[k]); r = median(thr[ref]); c = capa(k); rc = capa(ref)
+			star = (client_bound(k) || client_bound(ref)) ? " *" : ""
+			if (f[3] == first[g]) {
+				ratio = "1.00 (reference)"; cratio = "1.00 (reference)"
+			} else {
+				ratio = sprintf("%.2f x %s%s", r ? m / r : 0, first[g], star)
+				cratio = (c && rc) ? sprintf("%.2f x %s", c / rc, first[g]) : "-"
+			}
+			p = median(p99[k]); p = p > 0 ? sprintf("%.1f", p) : "-" # stream loads have no round trip
+			u = util(k)
+			printf "| %s | %s | %s | %.0f | %s | %.2f | %.2f | %s | %s | %s | %s | %s | %s | %d | %d |\n", f[1], f[2], f[3], m,
+				p, median(us[k]), median(sy[k]), ratio, cratio, u < 0 ? "-" : sprintf("%.0f%%", u * 100),
+				(k in cl) ? sprintf("%.0f%%", median(cl[k]) * 100) : "-",
+				c ? sprintf("%.0f", c) : "-", u < 0 ? "-" : (u < bound ? "**client**" : "server"), runs[k], errs[k]
 		}
 	}' "$RAW"
 }
@@ -396,11 +299,11 @@ summarize_flood() {
 	}' "$TMP/flood.tsv"
 }
 
-# One bar chart a scenario: median throughput per load and server.
+# plot SCENARIO COLUMN NAME TITLE YLABEL: one bar chart, the median of raw.tsv's COLUMN per load and server, into NAME.png.
 plot() {
-	local scen=$1 data=$TMP/plot-$1.dat
-	awk -F'\t' -v s="$scen" "$AWK_MEDIAN"'
-		$1 == s && $5 != "FAILED" { k = $2 "\t" $3; v[k] = v[k] " " $5; if (!(k in seen)) { seen[k] = 1; o[++n] = k } }
+	local scen=$1 col=$2 name=$3 title=$4 ylabel=$5 data=$TMP/plot-$3.dat
+	awk -F'\t' -v s="$scen" -v c="$col" "$AWK_MEDIAN"'
+		$1 == s && $5 != "FAILED" && NF >= c { k = $2 "\t" $3; v[k] = v[k] " " $c; if (!(k in seen)) { seen[k] = 1; o[++n] = k } }
 		END { for (i = 1; i <= n; i++) print o[i] "\t" median(v[o[i]]) }' "$RAW" >"$data.long"
 	[[ -s $data.long ]] || return 0
 	# Wide form: one row a load, one column a server.
@@ -412,12 +315,12 @@ plot() {
 	ncol=$(head -1 "$data" | awk -F'\t' '{ print NF }')
 	gnuplot <<EOF
 set terminal pngcairo size 900,500 noenhanced
-set output "$OUT/$scen.png"
-set title "$scen: median throughput over $ROUNDS rounds (higher is better)"
+set output "$OUT/$name.png"
+set title "$scen: $title over $ROUNDS rounds (higher is better)"
 set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.8 border -1
-set ylabel "requests or messages per second"
+set ylabel "$ylabel"
 set yrange [0:*]
 set key top left
 set datafile separator "\t"
@@ -442,6 +345,14 @@ write_results() {
 		echo "user/sys us/req is the server's CPU (utime, stime from /proc/PID/stat, process and children) over the load"
 		echo "divided by the requests done. Ratio: the median throughput over the group's first server's."
 		echo
+		echo "Server CPU is the server's CPU seconds over the client's wall seconds (its share of one core; the wall"
+		echo "includes the client's start and connects, so it reads a little low). Capacity is requests per second of"
+		echo "server CPU (1e6 / (user + sys us/req)): what the server would do were its core saturated, and the capacity"
+		echo "ratio compares that. A server under $(awk -v b="$BOUND_UTIL" 'BEGIN { print b * 100 }')% of its core was not the bottleneck: the"
+		echo "**client** bounded that run (the client is single-threaded on the other core), and a throughput ratio"
+		echo "with such a run on either side is starred (*): it measures the client's pace, read the capacity ratio."
+		echo "Client core: how busy core $CLIENT_CPU was over the run (/proc/stat; anything else running there counts too)."
+		echo
 		[[ -s $RAW ]] && summarize
 		if [[ -s $TMP/flood.tsv ]]; then
 			echo
@@ -450,12 +361,16 @@ write_results() {
 			summarize_flood
 		fi
 		echo
-		echo "Raw rounds: raw.tsv (scenario, load, server, round, throughput, p99 us, user us/req, sys us/req, errors)."
+		echo "Raw rounds: raw.tsv (scenario, load, server, round, throughput, p99 us, user us/req, sys us/req, errors,"
+		echo "wall s, server CPU s, server CPU / wall, capacity in requests per server-CPU second, client core busy share)."
 	} >"$md"
 	[[ -s $RAW ]] && cp "$RAW" "$OUT/raw.tsv"
 	[[ -s $TMP/flood.tsv ]] && cp "$TMP/flood.tsv" "$OUT/flood.tsv"
 	if have gnuplot; then
-		for s in echo http resp; do plot "$s"; done
+		for s in echo http resp; do
+			plot "$s" 5 "$s" "median throughput" "requests or messages per second"
+			plot "$s" 13 "$s-capacity" "median capacity (requests per second of server CPU)" "requests per server-CPU second"
+		done
 	else
 		echo "run.sh: gnuplot is not installed: no plots (apt-get install gnuplot-nox)" >&2
 	fi

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,33 @@ static __thread struct perch_loop *current_loop;
 bool perch_loop_is_current(const struct perch_loop *loop)
 {
 	return loop && current_loop == loop;
+}
+
+/*
+ * This thread's id, cached: gettid is a syscall, and run_once checks the
+ * owner on every turn (it was half the syscalls of a busy loop). A fork
+ * child keeps the forking thread's TLS, so the child forgets the cache.
+ */
+static __thread pid_t cached_tid;
+
+static void forget_tid(void)
+{
+	cached_tid = 0;
+}
+
+static void forget_tid_on_fork(void)
+{
+	pthread_atfork(NULL, NULL, forget_tid);
+}
+
+static pid_t this_tid(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	if (cached_tid == 0) {
+		pthread_once(&once, forget_tid_on_fork);
+		cached_tid = gettid();
+	}
+	return cached_tid;
 }
 
 /* ================= inbox: many producers, the loop consumes ================= */
@@ -860,7 +888,7 @@ int perch_loop_run_once(struct perch_loop *loop, int timeout_ms)
 {
 	if (!loop)
 		return -EINVAL;
-	int tid = gettid();
+	int tid = this_tid();
 	if (loop->owner_tid == 0)
 		loop->owner_tid = tid;
 	else if (loop->owner_tid != tid)
@@ -939,7 +967,7 @@ void perch_loop_free(struct perch_loop *loop)
 {
 	if (!loop)
 		return;
-	int tid = gettid();
+	int tid = this_tid();
 	bool owner = loop->owner_tid == 0 || loop->owner_tid == tid;
 	loop->freeing = true;
 	if (owner) {

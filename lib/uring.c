@@ -331,11 +331,16 @@ static void uring_send(struct perch__sock *s)
 {
 	struct uring *u = st_of(s->loop);
 	int n = perch__loop_tx_iov(s, s->bk_iov, PERCH__TX_IOV);
-	memset(&s->bk_msg, 0, sizeof(s->bk_msg));
-	s->bk_msg.msg_iov = s->bk_iov;
-	s->bk_msg.msg_iovlen = (size_t)n;
 	struct io_uring_sqe *sqe = sqe_get(u);
-	io_uring_prep_sendmsg(sqe, s->fd, &s->bk_msg, MSG_NOSIGNAL);
+	if (n == 1) {
+		/* One buffer (a typical reply): a plain send spares the kernel copying a msghdr and importing an iovec. */
+		io_uring_prep_send(sqe, s->fd, s->bk_iov[0].iov_base, s->bk_iov[0].iov_len, MSG_NOSIGNAL);
+	} else {
+		memset(&s->bk_msg, 0, sizeof(s->bk_msg));
+		s->bk_msg.msg_iov = s->bk_iov;
+		s->bk_msg.msg_iovlen = (size_t)n;
+		io_uring_prep_sendmsg(sqe, s->fd, &s->bk_msg, MSG_NOSIGNAL);
+	}
 	io_uring_sqe_set_data64(sqe, UD(OP_SEND, s));
 	s->bk_inflight++;
 }

@@ -910,6 +910,37 @@ static void run_once_from_inside_a_callback_is_refused_with_ebusy(void **state)
 	assert_int_equal(lu_stop(&l), 0);
 }
 
+static void *run_once_on_this_thread(void *p)
+{
+	struct nested *n = p;
+	n->rc = perch_loop_run_once(n->loop, 0);
+	return NULL;
+}
+
+/* The thread that first ran the loop owns it; a second thread, or a fork child of the owner, is refused. */
+static void run_once_off_the_owning_thread_is_refused_with_eexist(void **state)
+{
+	struct perch_loop *loop;
+	assert_int_equal(perch_loop_new(NULL, &loop), 0);
+	assert_true(perch_loop_run_once(loop, 0) >= 0);
+	struct nested n = { loop, 0 };
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, run_once_on_this_thread, &n), 0);
+	pthread_join(th, NULL);
+	assert_int_equal(n.rc, -EEXIST);
+	/* The child inherits the owner's thread-local id cache, not its identity. */
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(perch_loop_run_once(loop, 0) == -EEXIST ? 0 : 1);
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_true(perch_loop_run_once(loop, 0) >= 0);
+	perch_loop_free(loop);
+}
+
 static void noop_accept(struct perch_listener *l, struct perch_conn *c, void *arg) {}
 static void noop_connected(struct perch_loop *loop, struct perch_conn *c, int r, void *arg) {}
 static void noop_fn(void *arg) {}
@@ -1093,6 +1124,7 @@ int main(void)
 		cmocka_unit_test(posts_from_two_threads_run_once_each_in_posting_order),
 		cmocka_unit_test(connect_to_a_closed_port_reports_the_error_once),
 		cmocka_unit_test(run_once_from_inside_a_callback_is_refused_with_ebusy),
+		cmocka_unit_test(run_once_off_the_owning_thread_is_refused_with_eexist),
 		cmocka_unit_test(bad_arguments_return_einval),
 		cmocka_unit_test(backend_option_and_environment_pick_the_backend),
 		cmocka_unit_test(io_uring_refused_fails_an_explicit_uring_loop_with_one_clear_line),

@@ -1,0 +1,157 @@
+# bench/servers.sh: sourced by run.sh and profile.sh: the servers under test, started pinned and stopped, their CPU time, and the load clients.
+# The caller sets ROOT, BUILD, TMP, SECS, SERVER_CPU, CLIENT_CPU, HTTP_CONNS, RESP_N1, RESP_N16 and SERVER_PID="".
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+# The options run.sh and profile.sh share: -d SECS, -o OUT, -b BUILD. Fails on any other.
+common_opt() { # opt arg
+	case $1 in
+	d) SECS=$2 ;;
+	o) OUT=$2 ;;
+	b) BUILD=$2 ;;
+	*) return 1 ;;
+	esac
+}
+
+# The command lines of every server, with {port} (and {dir}, the temp dir); perch's may be set from outside.
+server_defaults() {
+	PERCH_ECHO=${PERCH_ECHO:-"$BUILD/examples/echo/echo --port {port}"}
+	PERCH_HTTPD=${PERCH_HTTPD:-"$BUILD/examples/httpd/httpd --port {port} --threads 1"}
+	PERCH_RESP=${PERCH_RESP:-"$BUILD/examples/resp/resp --port {port} --threads 1"}
+	PERCH_ECHO_MULTISHOT=${PERCH_ECHO_MULTISHOT:-"$PERCH_ECHO --backend uring --recv multishot"}
+	PERCH_ECHO_SINGLESHOT=${PERCH_ECHO_SINGLESHOT:-"$PERCH_ECHO --backend uring --recv singleshot"}
+	PERCH_ECHO_EPOLL=${PERCH_ECHO_EPOLL:-"$PERCH_ECHO --backend epoll"}
+	URING_ECHO="$BUILD/bench/baseline_uring_echo --port {port}"
+	EPOLL_ECHO="$BUILD/bench/baseline_epoll_echo --port {port}"
+	REDIS="redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --protected-mode no --logfile ''"
+	NGINX="nginx -p {dir} -c {dir}/nginx-{port}.conf -e {dir}/nginx-error.log"
+}
+
+# The program a command line runs (its first word), installed or built.
+runnable() {
+	local first
+	read -r first _ <<<"$1"
+	[[ -x $first ]] || have "$first"
+}
+
+# ---- servers ----
+
+nginx_conf() {
+	cat >"$TMP/nginx-$1.conf" <<EOF
+# One worker, no logging, keep-alive without a request limit, one fixed body: the same work as perch httpd's plaintext route.
+worker_processes 1;
+daemon off;
+pid $TMP/nginx-$1.pid;
+events { worker_connections 4096; }
+http {
+	access_log off;
+	default_type text/plain;
+	keepalive_requests 100000000;
+	keepalive_timeout 60s;
+	client_body_temp_path $TMP/nginx-body;
+	server {
+		listen 127.0.0.1:$1;
+		location / { return 200 "Hello, World!"; }
+	}
+}
+EOF
+}
+
+# Starts the command line $1 on port $2, pinned, and waits until the port accepts.
+start_server() {
+	local cmd=${1//\{port\}/$2} port=$2 t
+	cmd=${cmd//\{dir\}/$TMP}
+	[[ $cmd == nginx* ]] && nginx_conf "$port"
+	eval "exec taskset -c $SERVER_CPU $cmd" </dev/null >>"$TMP/server.log" 2>&1 &
+	SERVER_PID=$!
+	for ((t = 0; t < 100; t++)); do
+		if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+			echo "run.sh: server exited at start: $cmd (log: tail of $TMP/server.log follows)" >&2
+			tail -5 "$TMP/server.log" >&2
+			SERVER_PID=""
+			return 1
+		fi
+		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+		sleep 0.05
+	done
+	echo "run.sh: $cmd did not accept on port $port within 5 s" >&2
+	stop_server
+	return 1
+}
+
+stop_server() {
+	[[ -n $SERVER_PID ]] || return 0
+	kill "$SERVER_PID" 2>/dev/null || true
+	for ((t = 0; t < 40; t++)); do
+		kill -0 "$SERVER_PID" 2>/dev/null || break
+		sleep 0.05
+	done
+	kill -KILL "$SERVER_PID" 2>/dev/null || true
+	wait "$SERVER_PID" 2>/dev/null || true
+	SERVER_PID=""
+}
+
+# utime and stime ticks of the server and its children (nginx's worker), e.g. "123 45".
+server_cpu() {
+	local pid u=0 s=0 stat f
+	for pid in $SERVER_PID $(pgrep -P "$SERVER_PID" || true); do
+		stat=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
+		stat=${stat##*) } # fields after the command name, which may hold spaces
+		read -r -a f <<<"$stat"
+		u=$((u + f[11])) s=$((s + f[12]))
+	done
+	echo "$u $s"
+}
+
+# Busy and total ticks of core $1 so far (/proc/stat), e.g. "812 1000": whatever ran there, not only the client.
+core_ticks() {
+	awk -v c="cpu$1" '$1 == c { busy = $2 + $3 + $4 + $7 + $8 + $9; print busy, busy + $5 + $6 }' /proc/stat
+}
+
+# ---- clients: each prints "requests throughput p99_us errors" ----
+
+client_echo() { # mode conns size port
+	local line
+	line=$(taskset -c "$CLIENT_CPU" timeout $((${SECS%.*} + 30)) "$BUILD/bench/echo_client" --mode "$1" --conns "$2" \
+		--size "$3" --port "$4" --duration "$SECS" --csv) || true
+	[[ -n $line ]] || { echo "0 0 0 1"; return; }
+	IFS=, read -r _ _ _ _ msgs mps _ _ p99 _ errs <<<"$line"
+	echo "$msgs $mps $p99 $errs"
+}
+
+# wrk's "99%  1.23ms" in microseconds.
+wrk_us() {
+	awk '{ v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v);
+	       m = (u == "us") ? 1 : (u == "ms") ? 1000 : (u == "s") ? 1000000 : 0; printf "%.1f", v * m }'
+}
+
+client_http() { # depth port
+	local out req rps p99 errs
+	if have wrk; then
+		local script=()
+		(($1 > 1)) && script=(-s "$ROOT/bench/pipeline.lua")
+		out=$(taskset -c "$CLIENT_CPU" timeout $((${SECS%.*} + 30)) wrk -t1 -c"$HTTP_CONNS" -d"${SECS}s" --latency \
+			"${script[@]}" "http://127.0.0.1:$2/plaintext" -- "$1") || true
+		req=$(awk '/requests in/ { print $1 }' <<<"$out")
+		rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
+		p99=$(grep -E '^ +99%' <<<"$out" | wrk_us)
+		errs=$(awk '/Non-2xx|Socket errors/ { n++ } END { print n + 0 }' <<<"$out")
+		echo "${req:-0} ${rps:-0} ${p99:-0} $errs"
+	else
+		out=$(taskset -c "$CLIENT_CPU" timeout $((${SECS%.*} + 30)) "$BUILD/bench/http_client" --conns "$HTTP_CONNS" \
+			--depth "$1" --port "$2" --duration "$SECS" --csv) || true
+		IFS=, read -r _ _ _ req rps _ p99 _ non2xx errs <<<"$out"
+		echo "${req:-0} ${rps:-0} ${p99:-0} $((${non2xx:-0} + ${errs:-1}))"
+	fi
+}
+
+client_resp() { # test pipeline port
+	local n=$RESP_N1 out
+	(($2 > 1)) && n=$RESP_N16
+	out=$(taskset -c "$CLIENT_CPU" timeout 120 redis-benchmark -p "$3" -t "$1" -n "$n" -c 50 -P "$2" --csv 2>/dev/null |
+		tail -n +2 | head -1 | tr -d '"') || true
+	IFS=, read -r _ rps _ _ _ _ p99 _ <<<"$out"
+	[[ -n ${rps:-} ]] || { echo "0 0 0 1"; return; }
+	echo "$n $rps $(awk -v m="$p99" 'BEGIN { printf "%.1f", m * 1000 }') 0"
+}
+
