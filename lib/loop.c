@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sched.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,27 +33,54 @@ bool perch_loop_is_current(const struct perch_loop *loop)
 
 /*
  * This thread's id, cached: gettid is a syscall, and run_once checks the
- * owner on every turn (it was half the syscalls of a busy loop). A fork
- * child keeps the forking thread's TLS, so the child forgets the cache.
+ * owner on every turn (it was half the syscalls of a busy loop). A child
+ * process keeps the forking thread's TLS, whether made by fork, _Fork,
+ * clone or the raw syscall, and atfork handlers run only for fork. So the
+ * cache is tied to a process generation kept on a page the kernel wipes in
+ * every child (MADV_WIPEONFORK): a child finds 0 there, starts a new
+ * generation, and a cache from another one is read again. Without the page
+ * (madvise refused), every call asks the kernel.
  */
+static uint64_t *generation_page;
+static uint64_t generation_counter;
 static __thread pid_t cached_tid;
+static __thread uint64_t cached_generation;
 
-static void forget_tid(void)
+static void map_generation_page(void)
 {
-	cached_tid = 0;
+	size_t size = (size_t)sysconf(_SC_PAGESIZE);
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return;
+	if (madvise(p, size, MADV_WIPEONFORK) != 0) {
+		munmap(p, size);
+		return;
+	}
+	generation_page = p;
 }
 
-static void forget_tid_on_fork(void)
+/* A new process: a generation above every one its threads may have cached (the counter came with the copy). */
+static uint64_t start_generation(uint64_t *page)
 {
-	pthread_atfork(NULL, NULL, forget_tid);
+	uint64_t generation = perch__faa_u64(&generation_counter, 1) + 1;
+	if (!perch__cas_u64(page, 0, generation))
+		generation = perch__load_u64(page);
+	return generation;
 }
 
 static pid_t this_tid(void)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
-	if (cached_tid == 0) {
-		pthread_once(&once, forget_tid_on_fork);
-		cached_tid = gettid();
+	pthread_once(&once, map_generation_page);
+	uint64_t *page = generation_page;
+	if (!page)
+		return (pid_t)gettid();
+	uint64_t generation = perch__load_u64(page);
+	if (__builtin_expect(generation == 0, 0))
+		generation = start_generation(page);
+	if (__builtin_expect(generation != cached_generation, 0)) {
+		cached_tid = (pid_t)gettid();
+		cached_generation = generation;
 	}
 	return cached_tid;
 }

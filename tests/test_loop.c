@@ -918,6 +918,32 @@ static void *run_once_on_this_thread(void *p)
 }
 
 /* The thread that first ran the loop owns it; a second thread, or a fork child of the owner, is refused. */
+/* A child process made `how`: its run_once on the parent's loop must be refused (-EEXIST). */
+enum child_kind { BY_FORK, BY_UNDERSCORE_FORK, BY_FORK_SYSCALL, BY_CLONE };
+
+static struct perch_loop *child_loop;
+
+static int child_runs_the_parents_loop(void *unused)
+{
+	return perch_loop_run_once(child_loop, 0) == -EEXIST ? 0 : 1;
+}
+
+static pid_t make_child(enum child_kind how)
+{
+	static char stack[64 * 1024] __attribute__((aligned(16)));
+	pid_t pid;
+	switch (how) {
+	case BY_FORK: pid = fork(); break;
+	case BY_UNDERSCORE_FORK: pid = _Fork(); break;   /* runs no atfork handler */
+	case BY_FORK_SYSCALL: pid = (pid_t)syscall(SYS_fork); break;
+	default:
+		return clone(child_runs_the_parents_loop, stack + sizeof(stack), SIGCHLD, NULL);
+	}
+	if (pid == 0)
+		_exit(child_runs_the_parents_loop(NULL));
+	return pid;
+}
+
 static void run_once_off_the_owning_thread_is_refused_with_eexist(void **state)
 {
 	struct perch_loop *loop;
@@ -928,15 +954,16 @@ static void run_once_off_the_owning_thread_is_refused_with_eexist(void **state)
 	assert_int_equal(pthread_create(&th, NULL, run_once_on_this_thread, &n), 0);
 	pthread_join(th, NULL);
 	assert_int_equal(n.rc, -EEXIST);
-	/* The child inherits the owner's thread-local id cache, not its identity. */
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0)
-		_exit(perch_loop_run_once(loop, 0) == -EEXIST ? 0 : 1);
-	int status;
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	assert_true(WIFEXITED(status));
-	assert_int_equal(WEXITSTATUS(status), 0);
+	/* A child inherits the owner's thread-local id cache, not its identity, however it was made. */
+	child_loop = loop;
+	for (enum child_kind how = BY_FORK; how <= BY_CLONE; how++) {
+		pid_t pid = make_child(how);
+		assert_true(pid > 0);
+		int status;
+		assert_int_equal(waitpid(pid, &status, 0), pid);
+		assert_true(WIFEXITED(status));
+		assert_int_equal(WEXITSTATUS(status), 0);
+	}
 	assert_true(perch_loop_run_once(loop, 0) >= 0);
 	perch_loop_free(loop);
 }
