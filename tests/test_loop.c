@@ -731,7 +731,8 @@ struct big_send {
 	struct counted_flush f;
 };
 
-enum { BIG_N = 8 * 1024 * 1024, BIG_W = 4096 };
+enum { BIG_N = 8 * 1024 * 1024 };
+static size_t BIG_W = 4096;   /* the size of each staged write of a big send */
 
 static void big_send_open(struct big_send *b)
 {
@@ -784,6 +785,49 @@ static void flush_of_8mib_in_2048_buffers_to_a_slow_reader_arrives_whole_and_in_
 	assert_memory_equal(b.r.in, b.out, BIG_N);
 	assert_int_equal(perch__load_u32(&b.f.deliveries), 1);
 	big_send_close(&b);
+}
+
+/* One 8 MiB buffer: on io_uring a single-buffer send (IORING_OP_SEND), short sends resubmitted from where they stopped. */
+static void flush_of_8mib_in_one_buffer_reaches_a_slow_reader_whole_and_in_order(void **state)
+{
+	BIG_W = BIG_N;
+	struct big_send b;
+	big_send_open(&b);
+	b.r.pause_us = 1000;
+	pthread_create(&b.r.th, NULL, slow_reader_main, &b.r);
+	assert_int_equal(perch_conn_try_flush_or_park(b.c, &b.f.fl), PERCH_PENDING);
+	assert_int_equal(lu_sem_wait(&b.f.done, 60000), 0);
+	assert_int_equal(b.f.result, 0);
+	pthread_join(b.r.th, NULL);
+	assert_int_equal(b.r.got, BIG_N);
+	assert_memory_equal(b.r.in, b.out, BIG_N);
+	assert_int_equal(perch__load_u32(&b.f.deliveries), 1);
+	big_send_close(&b);
+	BIG_W = 4096;
+}
+
+static void close_during_a_stuck_one_buffer_send_fails_the_flush_once(void **state)
+{
+	BIG_W = BIG_N;
+	struct big_send b;
+	big_send_open(&b);
+	assert_int_equal(perch_conn_try_flush_or_park(b.c, &b.f.fl), PERCH_PENDING);
+	int queued = 0, before = -1;
+	for (int i = 0; i < LU_TIMEOUT_MS / 10 && (queued == 0 || queued != before); i++) {
+		before = queued;
+		usleep(10 * 1000);
+		ioctl(b.r.fd, FIONREAD, &queued);
+	}
+	assert_true(queued > 0 && queued < BIG_N);
+	perch_conn_close(b.c);
+	assert_int_equal(lu_sem_wait(&b.f.done, LU_TIMEOUT_MS), 0);
+	assert_int_equal(b.f.result, -EPIPE);
+	for (int i = 0; i < LU_TIMEOUT_MS && perch__load_u32(&b.c->refs) != 1; i++)
+		usleep(1000);
+	assert_int_equal(perch__load_u32(&b.c->refs), 1);
+	assert_int_equal(perch__load_u32(&b.f.deliveries), 1);
+	big_send_close(&b);
+	BIG_W = 4096;
 }
 
 /*
@@ -1152,6 +1196,8 @@ int main(void)
 		cmocka_unit_test(connect_to_a_closed_port_reports_the_error_once),
 		cmocka_unit_test(run_once_from_inside_a_callback_is_refused_with_ebusy),
 		cmocka_unit_test(run_once_off_the_owning_thread_is_refused_with_eexist),
+		cmocka_unit_test(flush_of_8mib_in_one_buffer_reaches_a_slow_reader_whole_and_in_order),
+		cmocka_unit_test(close_during_a_stuck_one_buffer_send_fails_the_flush_once),
 		cmocka_unit_test(bad_arguments_return_einval),
 		cmocka_unit_test(backend_option_and_environment_pick_the_backend),
 		cmocka_unit_test(io_uring_refused_fails_an_explicit_uring_loop_with_one_clear_line),
