@@ -731,10 +731,10 @@ struct big_send {
 	struct counted_flush f;
 };
 
-enum { BIG_N = 8 * 1024 * 1024 };
-static size_t BIG_W = 4096;   /* the size of each staged write of a big send */
+enum { BIG_N = 8 * 1024 * 1024, BIG_W = 4096 };
 
-static void big_send_open(struct big_send *b)
+/* BIG_N bytes staged in writes of `write_size` (each write its own staging buffer), not yet flushed. */
+static void big_send_open(struct big_send *b, size_t write_size)
 {
 	memset(b, 0, sizeof(*b));
 	assert_int_equal(lu_start(&b->l, NULL), 0);
@@ -752,8 +752,8 @@ static void big_send_open(struct big_send *b)
 	b->r.in = malloc(BIG_N);
 	b->out = malloc(BIG_N);
 	lu_fill(b->out, BIG_N);
-	for (size_t off = 0; off < BIG_N; off += BIG_W)
-		assert_int_equal(perch_conn_write(b->c, b->out + off, BIG_W), 0);
+	for (size_t off = 0; off < BIG_N; off += write_size)
+		assert_int_equal(perch_conn_write(b->c, b->out + off, write_size), 0);
 	b->f.fl.on_parking = counted_flush_parking;
 	b->f.fl.on_flush_done = counted_flush_done;
 	sem_init(&b->f.done, 0, 0);
@@ -770,64 +770,33 @@ static void big_send_close(struct big_send *b)
 	free(b->out);
 }
 
-/* More than 64 iovecs and a reader slower than the sender: short sends, each resumed where it stopped. */
+/* A reader slower than the sender: short sends, each resumed where it stopped; every byte, in order, one delivery. */
+static void big_send_to_a_slow_reader(size_t write_size)
+{
+	struct big_send b;
+	big_send_open(&b, write_size);
+	b.r.pause_us = 1000;
+	pthread_create(&b.r.th, NULL, slow_reader_main, &b.r);
+	assert_int_equal(perch_conn_try_flush_or_park(b.c, &b.f.fl), PERCH_PENDING);
+	assert_int_equal(lu_sem_wait(&b.f.done, 60000), 0);
+	assert_int_equal(b.f.result, 0);
+	pthread_join(b.r.th, NULL);
+	assert_int_equal(b.r.got, BIG_N);
+	assert_memory_equal(b.r.in, b.out, BIG_N);
+	assert_int_equal(perch__load_u32(&b.f.deliveries), 1);
+	big_send_close(&b);
+}
+
+/* More than 64 iovecs: sendmsg, resumed mid-chain. */
 static void flush_of_8mib_in_2048_buffers_to_a_slow_reader_arrives_whole_and_in_order(void **state)
 {
-	struct big_send b;
-	big_send_open(&b);
-	b.r.pause_us = 1000;
-	pthread_create(&b.r.th, NULL, slow_reader_main, &b.r);
-	assert_int_equal(perch_conn_try_flush_or_park(b.c, &b.f.fl), PERCH_PENDING);
-	assert_int_equal(lu_sem_wait(&b.f.done, 60000), 0);
-	assert_int_equal(b.f.result, 0);
-	pthread_join(b.r.th, NULL);
-	assert_int_equal(b.r.got, BIG_N);
-	assert_memory_equal(b.r.in, b.out, BIG_N);
-	assert_int_equal(perch__load_u32(&b.f.deliveries), 1);
-	big_send_close(&b);
+	big_send_to_a_slow_reader(BIG_W);
 }
 
-/* One 8 MiB buffer: on io_uring a single-buffer send (IORING_OP_SEND), short sends resubmitted from where they stopped. */
+/* One 8 MiB buffer: on io_uring a single-buffer send (IORING_OP_SEND), resubmitted from where it stopped. */
 static void flush_of_8mib_in_one_buffer_reaches_a_slow_reader_whole_and_in_order(void **state)
 {
-	BIG_W = BIG_N;
-	struct big_send b;
-	big_send_open(&b);
-	b.r.pause_us = 1000;
-	pthread_create(&b.r.th, NULL, slow_reader_main, &b.r);
-	assert_int_equal(perch_conn_try_flush_or_park(b.c, &b.f.fl), PERCH_PENDING);
-	assert_int_equal(lu_sem_wait(&b.f.done, 60000), 0);
-	assert_int_equal(b.f.result, 0);
-	pthread_join(b.r.th, NULL);
-	assert_int_equal(b.r.got, BIG_N);
-	assert_memory_equal(b.r.in, b.out, BIG_N);
-	assert_int_equal(perch__load_u32(&b.f.deliveries), 1);
-	big_send_close(&b);
-	BIG_W = 4096;
-}
-
-static void close_during_a_stuck_one_buffer_send_fails_the_flush_once(void **state)
-{
-	BIG_W = BIG_N;
-	struct big_send b;
-	big_send_open(&b);
-	assert_int_equal(perch_conn_try_flush_or_park(b.c, &b.f.fl), PERCH_PENDING);
-	int queued = 0, before = -1;
-	for (int i = 0; i < LU_TIMEOUT_MS / 10 && (queued == 0 || queued != before); i++) {
-		before = queued;
-		usleep(10 * 1000);
-		ioctl(b.r.fd, FIONREAD, &queued);
-	}
-	assert_true(queued > 0 && queued < BIG_N);
-	perch_conn_close(b.c);
-	assert_int_equal(lu_sem_wait(&b.f.done, LU_TIMEOUT_MS), 0);
-	assert_int_equal(b.f.result, -EPIPE);
-	for (int i = 0; i < LU_TIMEOUT_MS && perch__load_u32(&b.c->refs) != 1; i++)
-		usleep(1000);
-	assert_int_equal(perch__load_u32(&b.c->refs), 1);
-	assert_int_equal(perch__load_u32(&b.f.deliveries), 1);
-	big_send_close(&b);
-	BIG_W = 4096;
+	big_send_to_a_slow_reader(BIG_N);
 }
 
 /*
@@ -836,10 +805,10 @@ static void close_during_a_stuck_one_buffer_send_fails_the_flush_once(void **sta
  * completion still returns its reference (refs back to 1: send_done ran,
  * the socket was finalized).
  */
-static void close_during_a_stuck_send_fails_the_flush_once_and_returns_every_reference(void **state)
+static void big_send_closed_while_stuck(size_t write_size)
 {
 	struct big_send b;
-	big_send_open(&b);
+	big_send_open(&b, write_size);
 	assert_int_equal(perch_conn_try_flush_or_park(b.c, &b.f.fl), PERCH_PENDING);
 	/* Wait until the kernel holds bytes for the reader and they stop growing: the send is stuck. */
 	int queued = 0, before = -1;
@@ -858,6 +827,17 @@ static void close_during_a_stuck_send_fails_the_flush_once_and_returns_every_ref
 	/* send_done delivers before it drops the send's reference: any second delivery came by now. */
 	assert_int_equal(perch__load_u32(&b.f.deliveries), 1);
 	big_send_close(&b);
+}
+
+static void close_during_a_stuck_send_fails_the_flush_once_and_returns_every_reference(void **state)
+{
+	big_send_closed_while_stuck(BIG_W);
+}
+
+/* The same with one 8 MiB buffer: the single-buffer send on io_uring. */
+static void close_during_a_stuck_one_buffer_send_fails_the_flush_once(void **state)
+{
+	big_send_closed_while_stuck(BIG_N);
 }
 
 struct order {
