@@ -18,6 +18,11 @@
  *          flushes; the flush parks, the send completes, and the flush's
  *          continuation consumes the request.
  *
+ * Staging (an optional fourth argument): malloc, the default, where the
+ * conn core mallocs each staging buffer and frees it when the send is done
+ * (a transport without a pool), or pooled, where the transport lends them
+ * back as the loop's pool does on the loop thread.
+ *
  * Variants: raw (perch_conn_read/flush and the conn's own value task),
  * pipes (the pipe adapters, parked on the conn's slot), naive (an adapter
  * that awaits the conn's own value task and then completes its own: two
@@ -43,6 +48,7 @@ struct bench_transport {
 	uint8_t data[POOL][MSG_LEN];
 	struct perch_seg *free_segs;
 	struct perch__txbuf *sent;
+	struct perch__txbuf *spent;    /* the staging pool, with bt_pooled_ops */
 };
 
 static void bt_send(struct perch_conn *c, struct perch__txbuf *chain)
@@ -58,6 +64,29 @@ static void bt_release_seg(struct perch_conn *c, struct perch_seg *seg)
 }
 
 static const struct perch__transport_ops bt_ops = { .send = bt_send, .release_seg = bt_release_seg };
+
+/* A staging pool as the loop keeps one (its own thread only, so no atomics). */
+static struct perch__txbuf *bt_txbuf_get(struct perch_conn *c)
+{
+	struct bench_transport *t = c->transport;
+	struct perch__txbuf *b = t->spent;
+	if (b)
+		t->spent = b->next;
+	return b;
+}
+
+static bool bt_txbuf_put(struct perch_conn *c, struct perch__txbuf *b)
+{
+	struct bench_transport *t = c->transport;
+	b->next = t->spent;
+	t->spent = b;
+	return true;
+}
+
+static const struct perch__transport_ops bt_pooled_ops = {
+	.send = bt_send, .release_seg = bt_release_seg,
+	.txbuf_get = bt_txbuf_get, .txbuf_put = bt_txbuf_put,
+};
 
 static void bt_init(struct bench_transport *t)
 {
@@ -284,10 +313,12 @@ __attribute__((noinline)) void workload(struct bench *b, uint64_t n)
 
 int main(int argc, char **argv)
 {
-	if (argc != 4 || (strcmp(argv[1], "read") && strcmp(argv[1], "echo"))) {
-		fprintf(stderr, "usage: pipe_cost read|echo raw|pipes|naive COUNT\n");
+	if (argc < 4 || argc > 5 || (strcmp(argv[1], "read") && strcmp(argv[1], "echo")) ||
+	    (argc == 5 && strcmp(argv[4], "malloc") && strcmp(argv[4], "pooled"))) {
+		fprintf(stderr, "usage: pipe_cost read|echo raw|pipes|naive COUNT [malloc|pooled]\n");
 		return 2;
 	}
+	bool pooled = argc == 5 && !strcmp(argv[4], "pooled");
 	static struct bench b;
 	b.echo = strcmp(argv[1], "echo") == 0;
 	b.v = !strcmp(argv[2], "raw") ? &raw : !strcmp(argv[2], "pipes") ? &pipes
@@ -298,7 +329,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	bt_init(&b.t);
-	b.c = perch__conn_new(&bt_ops, &b.t);
+	b.c = perch__conn_new(pooled ? &bt_pooled_ops : &bt_ops, &b.t);
 	perch_vtask_init(&b.naive_read_vt);
 	perch_vtask_init(&b.naive_flush_vt);
 	if (!b.c || perch_pipe_reader_new(b.c, &b.r) != 0 || perch_pipe_writer_new(b.c, &b.w) != 0)
@@ -310,5 +341,10 @@ int main(int argc, char **argv)
 	perch_pipe_reader_free(b.r);
 	perch_pipe_writer_free(b.w);
 	perch_conn_release(b.c);
+	while (b.t.spent) {
+		struct perch__txbuf *next = b.t.spent->next;
+		free(b.t.spent);
+		b.t.spent = next;
+	}
 	return 0;
 }

@@ -13,14 +13,18 @@ trap 'rm -rf "$out"' EXIT
 # Instructions inside workload() for one variant, divided by the count.
 per_op() {
 	valgrind --tool=callgrind --toggle-collect=workload --callgrind-out-file="$out/cg" \
-		"$bin" "$1" "$2" "$n" >/dev/null 2>"$out/log" || { cat "$out/log" >&2; exit 1; }
+		"$bin" "$1" "$2" "$n" "${3:-malloc}" >/dev/null 2>"$out/log" || { cat "$out/log" >&2; exit 1; }
 	awk -v n="$n" '/^totals:/ { printf "%.1f", $2 / n }' "$out/cg"
 }
 
-printf '%-6s %10s %10s %10s %12s %12s\n' workload raw pipes naive "pipes/raw" "naive/raw"
-for w in read echo; do
-	raw=$(per_op "$w" raw) pipes=$(per_op "$w" pipes) naive=$(per_op "$w" naive)
-	printf '%-6s %10s %10s %10s %12s %12s\n' "$w" "$raw" "$pipes" "$naive" \
+printf '%-12s %10s %10s %10s %12s %12s\n' workload raw pipes naive "pipes/raw" "naive/raw"
+# echo-pooled: the staging buffers come from a pool, as on the loop thread.
+for w in read echo echo-pooled; do
+	staging=malloc
+	[ "$w" = echo-pooled ] && staging=pooled
+	raw=$(per_op "${w%-pooled}" raw $staging) pipes=$(per_op "${w%-pooled}" pipes $staging)
+	naive=$(per_op "${w%-pooled}" naive $staging)
+	printf '%-12s %10s %10s %10s %12s %12s\n' "$w" "$raw" "$pipes" "$naive" \
 		"$(awk -v a="$pipes" -v b="$raw" 'BEGIN { printf "%+.1f%%", (a / b - 1) * 100 }')" \
 		"$(awk -v a="$naive" -v b="$raw" 'BEGIN { printf "%+.1f%%", (a / b - 1) * 100 }')"
 done

@@ -131,6 +131,8 @@ struct perch__backend {
  * served (stats.enobufs_parks).
  */
 
+#define PERCH__TXBUF_POOL_MAX 256u  /* staging buffers a loop keeps: 1 MiB */
+
 struct perch_loop {
 	/* ---- any thread ---- */
 	ck_stack_t inbox CK_CC_CACHELINE;
@@ -150,6 +152,8 @@ struct perch_loop {
 	bool freeing;
 	struct perch_loop_opts opts; /* resolved: backend and read_budget included */
 	const char *be_refused_at;   /* set by a failed init: the call the kernel refused */
+	struct perch__txbuf *txbuf_pool; /* spent staging buffers, lent to the next writes */
+	uint32_t txbuf_pooled;       /* at most PERCH__TXBUF_POOL_MAX */
 	struct {
 		uint64_t enobufs_parks;   /* recvs parked for want of buffers */
 		uint64_t recv_pauses;     /* backpressure pauses */

@@ -9,8 +9,6 @@
 #include "conn_internal.h"
 #include "vtask_internal.h"
 
-#define TXBUF_MIN_CAP 4096u
-
 static uint64_t self_read_parking(struct perch_recv_listener *l, struct perch_conn *c);
 static void self_read_ready(struct perch_recv_listener *l, struct perch_conn *c, uint64_t cookie);
 static uint64_t self_flush_parking(struct perch_flush_listener *l, struct perch_conn *c);
@@ -238,13 +236,43 @@ static void release_segs(struct perch_conn *c, struct perch_seg *seg)
 
 /* ================= flush engine ================= */
 
-static void free_chain(struct perch__txbuf *b)
+static void free_buffers(struct perch__txbuf *b)
 {
 	while (b) {
 		struct perch__txbuf *next = b->next;
 		free(b);
 		b = next;
 	}
+}
+
+/* The transport pools staging buffers: each one of the pool's size is offered back. */
+static void give_back_chain(struct perch_conn *c, struct perch__txbuf *b)
+{
+	while (b) {
+		struct perch__txbuf *next = b->next;
+		if (b->cap != PERCH__TXBUF_CAP || !c->ops->txbuf_put(c, b))
+			free(b);
+		b = next;
+	}
+}
+
+static inline void free_chain(struct perch_conn *c, struct perch__txbuf *b)
+{
+	if (c->ops->txbuf_put)
+		give_back_chain(c, b);
+	else
+		free_buffers(b);
+}
+
+/* A staging buffer for `cap` bytes: the transport's when it lends one, else a new one. */
+static struct perch__txbuf *txbuf_alloc(struct perch_conn *c, size_t cap)
+{
+	if (cap == PERCH__TXBUF_CAP && c->ops->txbuf_get) {
+		struct perch__txbuf *b = c->ops->txbuf_get(c);
+		if (b)
+			return b;
+	}
+	return malloc(sizeof(struct perch__txbuf) + cap);
 }
 
 /* Takes the whole staged chain from the writer's list. */
@@ -258,7 +286,7 @@ static struct perch__txbuf *take_staged(struct perch_conn *c)
 
 static void drop_staged(struct perch_conn *c)
 {
-	free_chain(take_staged(c));
+	free_chain(c, take_staged(c));
 }
 
 /*
@@ -291,7 +319,7 @@ static void complete_flush(struct perch_conn *c, int result)
 static int flush_closed_while_arming(struct perch_conn *c, struct perch__txbuf *chain)
 {
 	int rc = PERCH_PENDING;
-	free_chain(chain);
+	free_chain(c, chain);
 	if (perch__xchg_u32(&c->flush_armed, 0) != 0) {
 		struct perch_flush_listener *l = perch__xchg_ptr(&c->flush_listener, NULL);
 		/*
@@ -389,7 +417,7 @@ void perch__conn_failed(struct perch_conn *c, int err)
 
 void perch__conn_send_done(struct perch_conn *c, struct perch__txbuf *chain, int result)
 {
-	free_chain(chain);
+	free_chain(c, chain);
 	/* After a close, the close already delivered: this disarms nothing. */
 	complete_flush(c, result);
 	perch__conn_unref(c);
@@ -568,10 +596,10 @@ static struct perch__txbuf *txbuf_with_room(struct perch_conn *c, size_t room, s
 	struct perch__txbuf *t = c->staged_tail;
 	if (t && t->cap - t->len >= room)
 		return t;
-	size_t cap = want > TXBUF_MIN_CAP ? want : TXBUF_MIN_CAP;
+	size_t cap = want > PERCH__TXBUF_CAP ? want : PERCH__TXBUF_CAP;
 	if (cap > UINT32_MAX)
 		cap = UINT32_MAX;
-	struct perch__txbuf *b = malloc(sizeof(*b) + cap);
+	struct perch__txbuf *b = txbuf_alloc(c, cap);
 	if (!b)
 		return NULL;
 	b->next = NULL;
@@ -663,7 +691,7 @@ struct perch__txbuf *perch__conn_take_staged(struct perch_conn *c, size_t *len)
 
 void perch__conn_free_chain(struct perch__txbuf *chain)
 {
-	free_chain(chain);
+	free_buffers(chain);
 }
 
 int perch__conn_discard(struct perch_conn *c)

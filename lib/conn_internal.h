@@ -18,6 +18,9 @@ struct perch__txbuf {
 	uint8_t data[];
 };
 
+/* The staging buffer's usual size: a bigger write gets one buffer of its own size. */
+#define PERCH__TXBUF_CAP 4096u
+
 /*
  * What the conn core needs from whatever moves its bytes (io_uring, epoll,
  * a test playing the reactor). The core calls these; it never calls the
@@ -38,6 +41,15 @@ struct perch__transport_ops {
 	 * per whole segment. The in-memory pipe's backpressure counts on it.
 	 */
 	void (*consumed)(struct perch_conn *c, uint64_t n);
+	/*
+	 * Optional, both: a pool of PERCH__TXBUF_CAP staging buffers. txbuf_get
+	 * lends one or says NULL (the core mallocs); txbuf_put takes a spent one
+	 * back or refuses it (false: the core frees it). Called on whatever
+	 * thread writes or completes; a pool that serves one thread refuses the
+	 * others.
+	 */
+	struct perch__txbuf *(*txbuf_get)(struct perch_conn *c);
+	bool (*txbuf_put)(struct perch_conn *c, struct perch__txbuf *b);
 };
 
 /* The read slot's marks; any other value is a parked struct perch_recv_listener *. */
@@ -125,9 +137,10 @@ void perch__conn_send_done(struct perch_conn *c, struct perch__txbuf *chain, int
  */
 static inline bool perch__conn_read_ready(const struct perch_conn *c)
 {
-	if (perch__load_u32(&c->rx_flags) != 0 || perch__load_u32(&c->rd_cancel) != 0)
+	/* New bytes first: the common reason, and any one reason will do. */
+	if (perch__load_u64(&c->rx_total) > perch__load_u64(&c->rd_examined))
 		return true;
-	return perch__load_u64(&c->rx_total) > perch__load_u64(&c->rd_examined);
+	return perch__load_u32(&c->rx_flags) != 0 || perch__load_u32(&c->rd_cancel) != 0;
 }
 
 /* ---- for the pipe adapters (pipes/): the unchecked park calls, staging, discard ---- */

@@ -588,11 +588,57 @@ static void op_destroy(struct perch_conn *c)
 	free(c->transport);
 }
 
+/*
+ * Staging buffers, pooled per loop and touched only on its thread: a write
+ * there stages in a buffer a send gave back instead of a new one. Without
+ * the pool every write mallocs and every send completion frees, and glibc
+ * trims the loop thread's heap and grows it back, each regrown page a
+ * fault. Bounded, so idle connections hold none and a burst's buffers go.
+ */
+static struct perch_loop *loop_of_conn(struct perch_conn *c)
+{
+	return ((struct perch__sock *)c->transport)->loop;
+}
+
+static struct perch__txbuf *op_txbuf_get(struct perch_conn *c)
+{
+	struct perch_loop *loop = loop_of_conn(c);
+	if (!perch_loop_is_current(loop) || !loop->txbuf_pool)
+		return NULL;
+	struct perch__txbuf *b = loop->txbuf_pool;
+	loop->txbuf_pool = b->next;
+	loop->txbuf_pooled--;
+	return b;
+}
+
+static bool op_txbuf_put(struct perch_conn *c, struct perch__txbuf *b)
+{
+	struct perch_loop *loop = loop_of_conn(c);
+	if (!perch_loop_is_current(loop) || loop->txbuf_pooled >= PERCH__TXBUF_POOL_MAX)
+		return false;
+	b->next = loop->txbuf_pool;
+	loop->txbuf_pool = b;
+	loop->txbuf_pooled++;
+	return true;
+}
+
+static void free_txbuf_pool(struct perch_loop *loop)
+{
+	while (loop->txbuf_pool) {
+		struct perch__txbuf *b = loop->txbuf_pool;
+		loop->txbuf_pool = b->next;
+		free(b);
+	}
+	loop->txbuf_pooled = 0;
+}
+
 static const struct perch__transport_ops loop_conn_ops = {
 	.send = op_send,
 	.release_seg = op_release_seg,
 	.close = op_close,
 	.destroy = op_destroy,
+	.txbuf_get = op_txbuf_get,
+	.txbuf_put = op_txbuf_put,
 };
 
 /* ================= accept and connect ================= */
@@ -1019,6 +1065,7 @@ void perch_loop_free(struct perch_loop *loop)
 		fprintf(stderr, "perch: loop freed with %u sockets still in flight%s\n", loop->live,
 			owner ? "" : " (perch_loop_free called off the loop's thread)");
 	loop->be->destroy(loop);
+	free_txbuf_pool(loop);
 	close(loop->wake_fd);
 	free(loop->table);
 	free(loop->gens);

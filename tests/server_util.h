@@ -38,6 +38,8 @@ static inline int su_connect_rcvbuf(int port, int rcvbuf)
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+		/* Said, so that a failed run shows why (a refusal, or no local port left). */
+		fprintf(stderr, "su_connect to 127.0.0.1:%d: %s\n", port, strerror(errno));
 		close(fd);
 		return -1;
 	}

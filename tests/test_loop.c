@@ -327,6 +327,105 @@ static void stream_close(struct stream *st)
 	free(st->in);
 }
 
+/* ---- staging buffers: pooled per loop, on its thread only ---- */
+
+/* What runs on the loop thread only records; the test thread asserts (cmocka's asserts are its own). */
+struct pooled {
+	struct lu_loop l;
+	struct catcher k;
+	int fd;
+	struct perch_vtask_handle h;
+	int write_rc, flush_rc;
+	struct perch__txbuf *head;   /* the pool's first buffer, before a write */
+	uint32_t pooled;             /* and its count */
+	struct perch__txbuf *staged; /* where the write staged */
+	uint32_t pooled_after;       /* the count after it */
+};
+
+static void pooled_open(struct pooled *p)
+{
+	struct perch_listener *ls;
+	memset(p, 0, sizeof(*p));
+	sem_init(&p->k.got, 0, 0);
+	assert_int_equal(lu_start(&p->l, NULL), 0);
+	assert_int_equal(perch_listen(p->l.loop, "127.0.0.1", 0, NULL, catch_accept, &p->k, &ls), 0);
+	p->fd = lu_plain_connect(perch_listener_port(ls));
+	assert_true(p->fd >= 0);
+	assert_int_equal(lu_sem_wait(&p->k.got, LU_TIMEOUT_MS), 0);
+}
+
+/* Waits for the flush started in p->h, after the client read its `n` bytes. */
+static void pooled_flushed(struct pooled *p, size_t n)
+{
+	assert_int_equal(p->write_rc, 0);
+	assert_int_equal(p->flush_rc, PERCH_PENDING);
+	uint8_t *in = malloc(n);
+	assert_true(lu_read_all(p->fd, in, n));
+	int64_t res = -1;
+	assert_int_equal(perch_vtask_wait(p->h, LU_TIMEOUT_MS, &res), 0);
+	assert_int_equal(res, 0);
+	free(in);
+}
+
+static void look_at_the_pool(void *arg)
+{
+	struct pooled *p = arg;
+	p->head = p->l.loop->txbuf_pool;
+	p->pooled = p->l.loop->txbuf_pooled;
+}
+
+#define POOL_BURST (PERCH__TXBUF_POOL_MAX + 44)
+
+/* One flush of more full buffers than the pool keeps. */
+static void write_a_burst(void *arg)
+{
+	struct pooled *p = arg;
+	static uint8_t block[PERCH__TXBUF_CAP];
+	for (int i = 0; i < POOL_BURST && p->write_rc == 0; i++)
+		p->write_rc = perch_conn_write(p->k.c, block, sizeof(block));
+	p->flush_rc = perch_conn_flush(p->k.c, &p->h);
+}
+
+static void write_one_byte_and_flush(void *arg)
+{
+	struct pooled *p = arg;
+	look_at_the_pool(p);
+	p->write_rc = perch_conn_write(p->k.c, "a", 1);
+	p->staged = p->k.c->staged_head;
+	p->pooled_after = p->l.loop->txbuf_pooled;
+	p->flush_rc = perch_conn_flush(p->k.c, &p->h);
+}
+
+static void staging_on_the_loop_thread_reuses_what_sends_gave_back_and_the_pool_is_bounded(void **state)
+{
+	struct pooled p;
+	pooled_open(&p);
+	/* The burst's buffers come back on the loop thread: the pool keeps its bound, frees the rest. */
+	assert_int_equal(lu_on_loop(&p.l, write_a_burst, &p), 0);
+	pooled_flushed(&p, (size_t)POOL_BURST * PERCH__TXBUF_CAP);
+	assert_int_equal(lu_on_loop(&p.l, look_at_the_pool, &p), 0);
+	assert_int_equal(p.pooled, PERCH__TXBUF_POOL_MAX);
+	/* A write on the loop thread stages in the pool's first buffer. */
+	assert_int_equal(lu_on_loop(&p.l, write_one_byte_and_flush, &p), 0);
+	assert_non_null(p.head);
+	assert_ptr_equal(p.staged, p.head);
+	assert_int_equal(p.pooled_after, PERCH__TXBUF_POOL_MAX - 1);
+	pooled_flushed(&p, 1);
+	/* A write from another thread leaves the pool alone: it belongs to the loop's thread. */
+	assert_int_equal(lu_on_loop(&p.l, look_at_the_pool, &p), 0);
+	assert_int_equal(p.pooled, PERCH__TXBUF_POOL_MAX);
+	assert_int_equal(perch_conn_write(p.k.c, "b", 1), 0);
+	assert_ptr_not_equal(p.k.c->staged_head, p.head);
+	assert_int_equal(lu_on_loop(&p.l, look_at_the_pool, &p), 0);
+	assert_int_equal(p.pooled, PERCH__TXBUF_POOL_MAX);
+	p.flush_rc = perch_conn_flush(p.k.c, &p.h);
+	pooled_flushed(&p, 1);
+	perch_conn_release(p.k.c);
+	close(p.fd);
+	assert_int_equal(lu_stop(&p.l), 0);
+	sem_destroy(&p.k.got);
+}
+
 static void burst_of_2mib_then_fin_is_read_completely_before_eof(void **state)
 {
 	struct stream st;
@@ -1178,6 +1277,7 @@ int main(void)
 		cmocka_unit_test(run_once_off_the_owning_thread_is_refused_with_eexist),
 		cmocka_unit_test(flush_of_8mib_in_one_buffer_reaches_a_slow_reader_whole_and_in_order),
 		cmocka_unit_test(close_during_a_stuck_one_buffer_send_fails_the_flush_once),
+		cmocka_unit_test(staging_on_the_loop_thread_reuses_what_sends_gave_back_and_the_pool_is_bounded),
 		cmocka_unit_test(bad_arguments_return_einval),
 		cmocka_unit_test(backend_option_and_environment_pick_the_backend),
 		cmocka_unit_test(io_uring_refused_fails_an_explicit_uring_loop_with_one_clear_line),
