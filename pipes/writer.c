@@ -175,7 +175,8 @@ static void cancel_waiting_or_mark(struct perch_pipe_writer *w)
  * cancel is the next flush's, made again as a cancel makes it (mark, then
  * look), in case another flush parked meanwhile.
  */
-static void cancel_this_or_the_next(struct perch_pipe_writer *w, uint32_t token)
+static __attribute__((noinline)) void cancel_this_or_the_next(struct perch_pipe_writer *w,
+							     uint32_t token)
 {
 	if (perch_vtask_complete(&w->vt, token, -ECANCELED) != 0)
 		cancel_waiting_or_mark(w);
@@ -195,15 +196,28 @@ static void end_the_orphan(struct perch_pipe_writer *w)
 		perch_vtask_complete(&w->vt, perch__vtask_version(&w->vt), -EPIPE);
 }
 
-static int park_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *task)
+/* A flush that did not park (refused, canceled, closed, nothing staged): its arm is let go. */
+static __attribute__((noinline)) int flush_not_parked(struct perch_pipe_writer *w, int rc)
 {
+	if (rc == -EPIPE)
+		end_the_orphan(w);
+	writer_disarmed(w);     /* not parked, or taken back (closed while arming) */
+	return rc;
+}
+
+static int conn_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *task)
+{
+	/* Counted before the park: its signal may come on another thread before the park returns. */
+	uint32_t before = perch__faa_u32(&w->life, WRITER_ARMED);
+	/* Refused first: a cancel's mark is then the waiting flush's, which the cancel takes back. */
+	if (another_flush_waits(w, before))
+		return flush_not_parked(w, -EBUSY);
+	if (take_cancel(&w->cancel))
+		return flush_not_parked(w, -ECANCELED);
 	uint64_t token;
 	int rc = perch__conn_park_flush(w->c, &w->listener, &token);
-	if (rc != PERCH_PENDING) {
-		if (rc == -EPIPE)
-			end_the_orphan(w);
-		return rc;
-	}
+	if (__builtin_expect(rc != PERCH_PENDING, 0))
+		return flush_not_parked(w, rc);
 	task->task = &w->vt;
 	task->token = (uint32_t)token;
 	/* A cancel that looked before the park readied the task left its mark for this flush. */
@@ -212,29 +226,20 @@ static int park_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *ta
 	return PERCH_PENDING;
 }
 
-static int conn_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *task)
+/* Off the fast path: a completed writer, an in-memory pipe's, or no task. */
+static __attribute__((noinline)) int flush_gated(struct perch_pipe_writer *w,
+						 struct perch_vtask_handle *task)
 {
-	/* Counted before the park: its signal may come on another thread before the park returns. */
-	uint32_t before = perch__faa_u32(&w->life, WRITER_ARMED);
-	int rc;
-	/* Refused first: a cancel's mark is then the waiting flush's, which the cancel takes back. */
-	if (another_flush_waits(w, before))
-		rc = -EBUSY;
-	else if (take_cancel(&w->cancel))
-		rc = -ECANCELED;
-	else if ((rc = park_flush(w, task)) == PERCH_PENDING)
-		return rc;
-	writer_disarmed(w);     /* not parked, or taken back (closed while arming) */
-	return rc;
+	if (!writer_usable(w) || !task)
+		return -EINVAL;
+	return perch__mem_flush(w, task);
 }
 
 int perch_pipe_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *task)
 {
-	if (gate_open(w) && task)
+	if (__builtin_expect(gate_open(w) && task != NULL, 1))
 		return conn_flush(w, task);
-	if (!writer_usable(w) || !task)
-		return -EINVAL;
-	return perch__mem_flush(w, task);
+	return flush_gated(w, task);
 }
 
 int perch_pipe_cancel_pending_flush(struct perch_pipe_writer *w)
