@@ -148,7 +148,7 @@ struct perch_loop {
 	uint32_t *gens;              /* slot -> generation, bumped when a socket leaves */
 	uint32_t *free_slots;
 	uint32_t nfree, cap, live;
-	int owner_tid;               /* the thread that first ran the loop; 0 before */
+	uint32_t owner_tid;          /* the thread that first ran the loop; 0 before (claimed by CAS) */
 	bool freeing;
 	struct perch_loop_opts opts; /* resolved: backend and read_budget included */
 	const char *be_refused_at;   /* set by a failed init: the call the kernel refused */

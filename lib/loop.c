@@ -958,14 +958,23 @@ const char *perch_loop_backend_name(const struct perch_loop *loop)
 	return loop ? loop->be->name : NULL;
 }
 
+/*
+ * Whether this thread owns the loop, claiming it if nobody does: the first
+ * thread to run a turn (or to free it unrun). A CAS, so two threads
+ * starting a new loop at the same moment cannot both take it.
+ */
+static bool claim_or_own(struct perch_loop *loop, uint32_t tid)
+{
+	if (perch__load_u32(&loop->owner_tid) == 0 && perch__cas_u32(&loop->owner_tid, 0, tid))
+		return true;
+	return perch__load_u32(&loop->owner_tid) == tid;
+}
+
 int perch_loop_run_once(struct perch_loop *loop, int timeout_ms)
 {
 	if (!loop)
 		return -EINVAL;
-	int tid = this_tid();
-	if (loop->owner_tid == 0)
-		loop->owner_tid = tid;
-	else if (loop->owner_tid != tid)
+	if (!claim_or_own(loop, (uint32_t)this_tid()))
 		return -EEXIST;
 	/* From inside one of this loop's callbacks: a nested turn would re-enter dispatch. */
 	if (current_loop == loop)
@@ -1041,11 +1050,9 @@ void perch_loop_free(struct perch_loop *loop)
 {
 	if (!loop)
 		return;
-	int tid = this_tid();
-	bool owner = loop->owner_tid == 0 || loop->owner_tid == tid;
+	bool owner = claim_or_own(loop, (uint32_t)this_tid());
 	loop->freeing = true;
 	if (owner) {
-		loop->owner_tid = tid;
 		struct perch_loop *prev = current_loop;
 		current_loop = loop;
 		drain_inbox(loop);
