@@ -426,6 +426,24 @@ static void staging_on_the_loop_thread_reuses_what_sends_gave_back_and_the_pool_
 	sem_destroy(&p.k.got);
 }
 
+/* A buffer dropped off the loop's thread (a flush refused as closed) is freed: the pool is the loop's. */
+static void staging_dropped_off_the_loop_thread_is_freed_not_pooled(void **state)
+{
+	struct pooled p;
+	pooled_open(&p);
+	assert_int_equal(perch_conn_write(p.k.c, "x", 1), 0);
+	assert_int_equal(perch_conn_close(p.k.c), 0);
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_conn_flush(p.k.c, &h), -EPIPE);
+	assert_int_equal(lu_on_loop(&p.l, look_at_the_pool, &p), 0);
+	assert_int_equal(p.pooled, 0);
+	assert_null(p.head);
+	perch_conn_release(p.k.c);
+	close(p.fd);
+	assert_int_equal(lu_stop(&p.l), 0);
+	sem_destroy(&p.k.got);
+}
+
 static void burst_of_2mib_then_fin_is_read_completely_before_eof(void **state)
 {
 	struct stream st;
@@ -1278,6 +1296,7 @@ int main(void)
 		cmocka_unit_test(flush_of_8mib_in_one_buffer_reaches_a_slow_reader_whole_and_in_order),
 		cmocka_unit_test(close_during_a_stuck_one_buffer_send_fails_the_flush_once),
 		cmocka_unit_test(staging_on_the_loop_thread_reuses_what_sends_gave_back_and_the_pool_is_bounded),
+		cmocka_unit_test(staging_dropped_off_the_loop_thread_is_freed_not_pooled),
 		cmocka_unit_test(bad_arguments_return_einval),
 		cmocka_unit_test(backend_option_and_environment_pick_the_backend),
 		cmocka_unit_test(io_uring_refused_fails_an_explicit_uring_loop_with_one_clear_line),
