@@ -5,7 +5,7 @@ shopt -s nullglob
 
 usage() {
 	cat >&2 <<'EOF'
-usage: bench/run.sh [-r ROUNDS] [-d SECS] [-o OUTDIR] [-b BUILDDIR] [SCENARIO...]
+usage: bench/run.sh [-r ROUNDS] [-d SECS] [-q PERCENT] [-o OUTDIR] [-b BUILDDIR] [SCENARIO...]
 
 Scenarios (default: all of them, in this order):
   echo    perch echo vs baseline_uring_echo vs baseline_epoll_echo, with bench/echo_client:
@@ -30,6 +30,15 @@ client-bound in results.md, and ratios are given for throughput and for capacity
 Options: -r rounds (ROUNDS, 5; FLOOD_ROUNDS, 3), -d seconds a load (SECS, 3),
 -o where results.md, raw.tsv and the PNGs go (OUT, doc/perf), -b the build dir (BUILD, build).
 
+Server-bound mode: -q PERCENT (PERCH_BENCH_SERVER_QUOTA; default off) runs every server, its
+threads and children, in one cgroup with a CPU bandwidth quota of PERCENT% of one CPU, the
+same for all, so the single-threaded client on the other core can outpace it. The period is
+QUOTA_PERIOD_US (5000 us: a throttled server waits out the rest of its period, which adds to
+the tail latency); QUOTA_CGROUP picks the hierarchy (auto: v1's cpu.cfs_quota_us, else v2's
+cpu.max; or v1, v2). Root is needed; when no quota can be set the run stops, never running
+unthrottled. A server then counts as saturated at BOUND_UTIL x PERCENT% of a core, and each
+row records the share of quota periods in which the server was throttled.
+
 perch servers are command lines with {port} (a server whose program is missing is skipped):
   PERCH_ECHO            default: BUILD/examples/echo/echo --port {port}
   PERCH_HTTPD           default: BUILD/examples/httpd/httpd --port {port} --threads 1
@@ -50,6 +59,8 @@ EOF
 ROOT=$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)
 # shellcheck source=bench/servers.sh
 . "$ROOT/bench/servers.sh"
+# shellcheck source=bench/quota.sh
+. "$ROOT/bench/quota.sh"
 ROUNDS=${ROUNDS:-5}
 FLOOD_ROUNDS=${FLOOD_ROUNDS:-3}
 SECS=${SECS:-3}
@@ -61,11 +72,16 @@ ECHO_CONNS=${ECHO_CONNS:-50} ECHO_SIZE=${ECHO_SIZE:-64}
 STREAM_CONNS=${STREAM_CONNS:-8} STREAM_SIZE=${STREAM_SIZE:-4096}
 HTTP_CONNS=${HTTP_CONNS:-50}
 RESP_TESTS=${RESP_TESTS:-ping_mbulk set get} RESP_N1=${RESP_N1:-100000} RESP_N16=${RESP_N16:-1000000}
-BOUND_UTIL=${BOUND_UTIL:-0.90} # a server under this share of its core was not what bounded the load
+BOUND_UTIL=${BOUND_UTIL:-0.90} # a server under this share of its core (of its quota) was not what bounded the load
+CONTEND=${CONTEND:-0.10}         # other work taking this share of the server's or the client's core contends the row
+QUOTA=${PERCH_BENCH_SERVER_QUOTA:-} # percent of one CPU for every server, empty: no quota
+QUOTA_PERIOD_US=${QUOTA_PERIOD_US:-5000}
+QUOTA_CGROUP=${QUOTA_CGROUP:-auto}
 
-while getopts "r:d:o:b:h" opt; do
+while getopts "r:d:q:o:b:h" opt; do
 	case $opt in
 	r) ROUNDS=$OPTARG FLOOD_ROUNDS=$OPTARG ;;
+	q) QUOTA=$OPTARG ;;
 	*) common_opt "$opt" "${OPTARG:-}" || usage ;;
 	esac
 done
@@ -89,10 +105,17 @@ PORT=17100
 
 cleanup() {
 	stop_server
+	quota_teardown
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+if [[ -n $QUOTA ]]; then
+	quota_setup "$QUOTA" "$QUOTA_PERIOD_US" "$QUOTA_CGROUP"
+	echo "run.sh: every server runs under a CPU quota of $QUOTA% of one CPU ($QUOTA_HOW)"
+fi
+# The share of a core at which a server counts as saturated: BOUND_UTIL of the core, or of the quota.
+BOUND=$(awk -v b="$BOUND_UTIL" -v q="${QUOTA:-100}" 'BEGIN { print b * q / 100 }')
 
 # ---- what is here ----
 
@@ -111,38 +134,50 @@ done
 
 # ---- one measurement ----
 
+# The counters a run is measured by, on one line: server user and system ticks, the client core's busy and total ticks,
+# the server core's busy and total ticks, quota periods and throttled periods, the time.
+# The time is read last; snapshot after reads it first (so the wall brackets the client closely).
+snapshot() { # before|after
+	local t=$EPOCHREALTIME
+	[[ $1 == after ]] || t=""
+	echo "$(server_cpu) $(core_ticks "$CLIENT_CPU") $(core_ticks "$SERVER_CPU") $(quota_periods) ${t:-$EPOCHREALTIME}"
+}
+
 # measure SCENARIO LOAD SERVER CMD ROUND CLIENT-FUNCTION ARGS...: one server run under one load, one row in raw.tsv.
 measure() {
-	local scen=$1 load=$2 name=$3 cmd=$4 round=$5 port=$((PORT++)) c0 c1 w0 w1 k0 k1 res
+	local scen=$1 load=$2 name=$3 cmd=$4 round=$5 port=$((PORT++)) before after out
 	shift 5
 	start_server "$cmd" "$port" || { printf '%s\t%s\t%s\t%s\tFAILED\n' "$scen" "$load" "$name" "$round" >>"$RAW"; return; }
-	c0=$(server_cpu)
-	k0=$(core_ticks "$CLIENT_CPU")
-	w0=$EPOCHREALTIME
-	res=$("$@" "$port")
-	w1=$EPOCHREALTIME
-	k1=$(core_ticks "$CLIENT_CPU")
-	c1=$(server_cpu)
+	before=$(snapshot before)
+	# The client's line, then its own CPU: the user and system time of the subshell's children (the client, wrappers).
+	out=$([[ -z $CLIENT_PROCS ]] || echo "$BASHPID" >"$CLIENT_PROCS" || { echo "run.sh: cannot put the client in $CLIENT_DIR" >&2; exit 97; }
+		"$@" "$port"
+		times)
+	after=$(snapshot after)
 	stop_server
-	local req thr p99 errs u0 s0 u1 s1
-	read -r req thr p99 errs <<<"$res"
-	read -r u0 s0 <<<"$c0"
-	read -r u1 s1 <<<"$c1"
-	local uus sus sat
-	uus=$(awk -v d=$((u1 - u0)) -v n="$req" -v h="$CLK_TCK" 'BEGIN { printf "%.2f", n ? d * 1e6 / h / n : 0 }')
-	sus=$(awk -v d=$((s1 - s0)) -v n="$req" -v h="$CLK_TCK" 'BEGIN { printf "%.2f", n ? d * 1e6 / h / n : 0 }')
-	# wall s, server CPU s, utilisation (CPU s / wall s), capacity (requests per server-CPU second),
-	# and how busy the client's core was (busy ticks over all ticks of that core).
-	sat=$(awk -v w0="$w0" -v w1="$w1" -v d=$((u1 - u0 + s1 - s0)) -v n="$req" -v h="$CLK_TCK" -v k0="$k0" -v k1="$k1" 'BEGIN {
-		w = w1 - w0; c = d / h; split(k0, a, " "); split(k1, b, " "); kt = b[2] - a[2]
-		printf "%.3f\t%.2f\t%.3f\t%.0f\t%.3f", w, c, (w > 0 ? c / w : 0), (c > 0 ? n / c : 0), (kt > 0 ? (b[1] - a[1]) / kt : 0) }')
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$scen" "$load" "$name" "$round" "$thr" "$p99" "$uus" "$sus" \
-		"$errs" "$sat" >>"$RAW"
-	local util
-	util=$(cut -f3 <<<"$sat")
-	printf '  round %s  %-16s %-18s %12s/s  p99 %9s us  cpu %6s us user %6s us sys  server cpu %3.0f%%%s\n' "$round" \
-		"$load" "$name" "$thr" "$p99" "$uus" "$sus" "$(awk -v u="$util" 'BEGIN { print u * 100 }')" \
-		"$( ((errs)) && echo "  ERRORS=$errs")"
+	record "$scen	$load	$name	$round" "$(head -1 <<<"$out") $(tail -1 <<<"$out" | awk '{ for (i = 1; i <= 2; i++) {
+		split($i, a, "m"); s += a[1] * 60 + a[2] } print s + 0 }')" "$before" "$after"
+}
+
+# record "SCEN\tLOAD\tSERVER\tROUND" "requests throughput p99 errors CLIENT" BEFORE AFTER: appends the row to raw.tsv and
+# prints it; CLIENT is the client's CPU seconds (user + system).
+# Columns from 5: throughput, p99 us, user and sys us/req, errors, wall s, server CPU s, server CPU / wall (its share of a
+# core), capacity (requests per server-CPU second), client core busy share, throttled share of quota periods ("-"
+# without a quota), the client's own CPU / wall (the client and its wrappers), other
+# work on the server's core / wall (that core's busy share less the server's own CPU: the server is pinned there).
+record() {
+	local row
+	row=$(awk -v key="$1" -v res="$2" -v a="$3" -v b="$4" -v h="$CLK_TCK" -v quota="$QUOTA" 'BEGIN {
+		split(res, r, " "); split(a, x, " "); split(b, y, " "); for (i = 1; i <= 9; i++) d[i] = y[i] - x[i]
+		n = r[1]; w = d[9]; c = (d[1] + d[2]) / h; cu = (d[4] > 0 ? d[3] / d[4] : 0); sv = (d[6] > 0 ? d[5] / d[6] : 0)
+		th = (quota == "" ? "-" : sprintf("%.3f", (d[7] > 0 ? d[8] / d[7] : 0))); oth = sv - (w > 0 ? c / w : 0)
+		printf "%s\t%s\t%s\t%.2f\t%.2f\t%s\t%.3f\t%.2f\t%.3f\t%.0f\t%.3f\t%s\t%.3f\t%.3f\n", key, r[2], r[3],
+			(n ? d[1] * 1e6 / h / n : 0), (n ? d[2] * 1e6 / h / n : 0), r[4], w, c, (w > 0 ? c / w : 0), (c > 0 ? n / c : 0),
+			cu, th, (w > 0 ? r[5] / w : 0), (oth > 0 ? oth : 0) }')
+	echo "$row" >>"$RAW"
+	awk -F'\t' '{ printf "  round %s  %-16s %-18s %12s/s  p99 %9s us  cpu %6s us user %6s us sys  server cpu %3.0f%%%s" \
+		"  client %3.0f%%  other on server core %3.0f%%%s\n", $4, $2, $3, $5, $6, $7, $8, $12 * 100,
+		($15 == "-" ? "" : sprintf("  throttled %.0f%%", $15 * 100)), $16 * 100, $17 * 100, ($9 ? "  ERRORS=" $9 : "") }' <<<"$row"
 }
 
 # The servers of a group that can run here, as "name|cmd" lines; says what it skips.
@@ -234,55 +269,14 @@ scenario_flood() {
 
 # ---- results ----
 
-# An awk median of a space-separated list (mawk has no asort).
-AWK_MEDIAN='
-function median(list,   a, n, i, j, t) {
-	n = split(list, a, " ")
-	for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
-	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-}'
+# An awk median of a space-separated list, for the plots: the one summarize.awk has.
+AWK_MEDIAN=$(sed -n '/^function median(/,/^}/p' "$ROOT/bench/summarize.awk")
 
-# Medians per (scenario, load, server) from raw.tsv, with the ratios of throughput and of capacity
-# to the group's first server. A server whose median utilisation is under BOUND_UTIL was not the
-# bottleneck: the row says client-bound, and a throughput ratio with such a run on either side is
-# starred (it compares the client's pace, not the servers; the capacity ratio does compare them).
+# The table of medians, ratios and who bounded each row: bench/summarize.awk over raw.tsv. A server under BOUND
+# (BOUND_UTIL of a core, or of the quota) was not the bottleneck; what was (the client, other work on a core, or
+# neither) is said, and a throughput ratio with such a run on either side is starred.
 summarize() {
-	awk -F'\t' -v bound="$BOUND_UTIL" "$AWK_MEDIAN"'
-	$5 == "FAILED" { next }
-	{
-		k = $1 SUBSEP $2 SUBSEP $3
-		if (!(k in seen)) { seen[k] = 1; order[++n] = k; if (!(($1 SUBSEP $2) in first)) first[$1 SUBSEP $2] = $3 }
-		thr[k] = thr[k] " " $5; p99[k] = p99[k] " " $6; us[k] = us[k] " " $7; sy[k] = sy[k] " " $8
-		errs[k] += $9; runs[k]++
-		if (NF >= 13) { ut[k] = ut[k] " " $12; cap[k] = cap[k] " " $13 } # raw.tsv from before these columns has none
-		if (NF >= 14) cl[k] = cl[k] " " $14
-	}
-	function util(k) { return (k in ut) ? median(ut[k]) : -1 }
-	function capa(k) { return (k in cap) ? median(cap[k]) : 0 }
-	function client_bound(k) { return util(k) >= 0 && util(k) < bound }
-	END {
-		print "| scenario | load | server | throughput/s (median) | p99 us | user us/req | sys us/req | ratio | capacity ratio | server CPU | client core | capacity req/CPU-s | bound by | runs | errors |"
-		print "|---|---|---|---:|---:|---:|---:|---|---|---:|---:|---:|---|---:|---:|"
-		for (i = 1; i <= n; i++) {
-			k = order[i]
-			split(k, f, SUBSEP)
-			g = f[1] SUBSEP f[2]; ref = g SUBSEP first[g]
-			m = median(thr[k]); r = median(thr[ref]); c = capa(k); rc = capa(ref)
-			star = (client_bound(k) || client_bound(ref)) ? " *" : ""
-			if (f[3] == first[g]) {
-				ratio = "1.00 (reference)"; cratio = "1.00 (reference)"
-			} else {
-				ratio = sprintf("%.2f x %s%s", r ? m / r : 0, first[g], star)
-				cratio = (c && rc) ? sprintf("%.2f x %s", c / rc, first[g]) : "-"
-			}
-			p = median(p99[k]); p = p > 0 ? sprintf("%.1f", p) : "-" # stream loads have no round trip
-			u = util(k)
-			printf "| %s | %s | %s | %.0f | %s | %.2f | %.2f | %s | %s | %s | %s | %s | %s | %d | %d |\n", f[1], f[2], f[3], m,
-				p, median(us[k]), median(sy[k]), ratio, cratio, u < 0 ? "-" : sprintf("%.0f%%", u * 100),
-				(k in cl) ? sprintf("%.0f%%", median(cl[k]) * 100) : "-",
-				c ? sprintf("%.0f", c) : "-", u < 0 ? "-" : (u < bound ? "**client**" : "server"), runs[k], errs[k]
-		}
-	}' "$RAW"
+	awk -v bound="$BOUND" -v bound_util="$BOUND_UTIL" -v contend="$CONTEND" -v quota="$QUOTA" -f "$ROOT/bench/summarize.awk" "$RAW"
 }
 
 summarize_flood() {
@@ -329,6 +323,20 @@ plot for [c=2:$ncol] "$data" using c:xtic(1) title columnheader(c)
 EOF
 }
 
+# The results' word on the quota: what was set, for whom, and what "saturated" means under it (nothing without one).
+quota_paragraph() {
+	[[ -n $QUOTA ]] || return 0
+	echo "**Server-bound mode: every server ran under a CPU quota of $QUOTA% of one CPU** ($QUOTA_HOW; -q $QUOTA),"
+	echo "the same for every server: its process, threads and children were put in that cgroup before the exec. The"
+	echo "server's group and the client's have the highest CPU weight, so other work on their cores yields to them"
+	echo "(the quota caps the server; the weight keeps a neighbour from taking its share). The"
+	echo "period is $QUOTA_PERIOD_US us: a server that spends its quota early waits out the rest of its period, which"
+	echo "adds up to $(awk -v p="$QUOTA_PERIOD_US" -v q="$QUOTA" 'BEGIN { printf "%.1f", p * (100 - q) / 100 / 1000 }') ms to a request caught there (p99 reads higher than without a quota). A server counts as"
+	echo "saturated at $(awk -v b="$BOUND_UTIL" 'BEGIN { print b * 100 }')% of its quota ($(awk -v b="$BOUND" 'BEGIN { print b * 100 }')% of a core). Throttled: the share of the quota's periods, while"
+	echo "the load ran, in which the server used up its quota (cpu.stat nr_throttled / nr_periods)."
+	echo
+}
+
 write_results() {
 	mkdir -p "$OUT"
 	local md=$OUT/results.md
@@ -348,11 +356,12 @@ write_results() {
 		echo "Server CPU is the server's CPU seconds over the client's wall seconds (its share of one core; the wall"
 		echo "includes the client's start and connects, so it reads a little low). Capacity is requests per second of"
 		echo "server CPU (1e6 / (user + sys us/req)): what the server would do were its core saturated, and the capacity"
-		echo "ratio compares that. A server under $(awk -v b="$BOUND_UTIL" 'BEGIN { print b * 100 }')% of its core was not the bottleneck: the"
+		echo "ratio compares that. A server under $(awk -v b="$BOUND" 'BEGIN { print b * 100 }')% of a core was not the bottleneck: the"
 		echo "**client** bounded that run (the client is single-threaded on the other core), and a throughput ratio"
 		echo "with such a run on either side is starred (*): it measures the client's pace, read the capacity ratio."
 		echo "Client core: how busy core $CLIENT_CPU was over the run (/proc/stat; anything else running there counts too)."
 		echo
+		quota_paragraph
 		[[ -s $RAW ]] && summarize
 		if [[ -s $TMP/flood.tsv ]]; then
 			echo
@@ -362,7 +371,8 @@ write_results() {
 		fi
 		echo
 		echo "Raw rounds: raw.tsv (scenario, load, server, round, throughput, p99 us, user us/req, sys us/req, errors,"
-		echo "wall s, server CPU s, server CPU / wall, capacity in requests per server-CPU second, client core busy share)."
+		echo "wall s, server CPU s, server CPU / wall, capacity in requests per server-CPU second, client core busy share,"
+		echo "share of quota periods throttled or - without a quota)."
 	} >"$md"
 	[[ -s $RAW ]] && cp "$RAW" "$OUT/raw.tsv"
 	[[ -s $TMP/flood.tsv ]] && cp "$TMP/flood.tsv" "$OUT/flood.tsv"

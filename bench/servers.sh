@@ -59,24 +59,41 @@ EOF
 
 # Starts the command line $1 on port $2, pinned, and waits until the port accepts.
 start_server() {
-	local cmd=${1//\{port\}/$2} port=$2 t
+	local cmd=${1//\{port\}/$2} port=$2 t rc
 	cmd=${cmd//\{dir\}/$TMP}
 	[[ $cmd == nginx* ]] && nginx_conf "$port"
-	eval "exec taskset -c $SERVER_CPU $cmd" </dev/null >>"$TMP/server.log" 2>&1 &
+	# With a quota (quota.sh) the subshell joins the cgroup before the exec, so the server's threads and children are in it.
+	(
+		[[ -z ${QUOTA_PROCS:-} ]] || echo "$BASHPID" >"$QUOTA_PROCS" || exit 97
+		eval "exec taskset -c $SERVER_CPU $cmd"
+	) </dev/null >>"$TMP/server.log" 2>&1 &
 	SERVER_PID=$!
 	for ((t = 0; t < 100; t++)); do
 		if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+			rc=0
+			wait "$SERVER_PID" 2>/dev/null || rc=$?
+			((rc != 97)) || { echo "run.sh: cannot put the server in the quota's cgroup ($QUOTA_PROCS)" >&2; exit 1; }
 			echo "run.sh: server exited at start: $cmd (log: tail of $TMP/server.log follows)" >&2
 			tail -5 "$TMP/server.log" >&2
 			SERVER_PID=""
 			return 1
 		fi
-		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && { server_in_quota; return 0; }
 		sleep 0.05
 	done
 	echo "run.sh: $cmd did not accept on port $port within 5 s" >&2
 	stop_server
 	return 1
+}
+
+# With a quota (quota.sh), ends the whole run unless the server is in its cgroup: never measure it unthrottled.
+server_in_quota() {
+	[[ -n ${QUOTA_DIR:-} ]] || return 0
+	quota_holds "$SERVER_PID" && return 0
+	echo "run.sh: server $SERVER_PID is not in the quota's cgroup $QUOTA_DIR (/proc/$SERVER_PID/cgroup:" \
+		"$(tr '\n' ' ' <"/proc/$SERVER_PID/cgroup"))" >&2
+	stop_server
+	exit 1
 }
 
 stop_server() {
