@@ -264,15 +264,31 @@ static inline void free_chain(struct perch_conn *c, struct perch__txbuf *b)
 		free_buffers(b);
 }
 
-/* A staging buffer for `cap` bytes: the transport's when it lends one, else a new one. */
-static struct perch__txbuf *txbuf_alloc(struct perch_conn *c, size_t cap)
+/*
+ * A write up to this size may span several pooled buffers (a received
+ * 16 KiB segment echoed back, say); a bigger one gets one buffer of its own
+ * size, so a large send stays one buffer and the pool is not drained.
+ */
+#define TXBUF_POOLED_WRITE_MAX (64u * 1024)
+
+/*
+ * A staging buffer with `room` contiguous bytes for a write of `want`: the
+ * transport's pooled one when it fits and it lends one, else a new one.
+ */
+static struct perch__txbuf *txbuf_alloc(struct perch_conn *c, size_t room, size_t want)
 {
-	if (cap == PERCH__TXBUF_CAP && c->ops->txbuf_get) {
+	if (room <= PERCH__TXBUF_CAP && want <= TXBUF_POOLED_WRITE_MAX && c->ops->txbuf_get) {
 		struct perch__txbuf *b = c->ops->txbuf_get(c);
 		if (b)
 			return b;
 	}
-	return malloc(sizeof(struct perch__txbuf) + cap);
+	size_t cap = want > PERCH__TXBUF_CAP ? want : PERCH__TXBUF_CAP;
+	if (cap > UINT32_MAX)
+		cap = UINT32_MAX;
+	struct perch__txbuf *b = malloc(sizeof(*b) + cap);
+	if (b)
+		b->cap = (uint32_t)cap;
+	return b;
 }
 
 /* Takes the whole staged chain from the writer's list. */
@@ -596,15 +612,11 @@ static struct perch__txbuf *txbuf_with_room(struct perch_conn *c, size_t room, s
 	struct perch__txbuf *t = c->staged_tail;
 	if (t && t->cap - t->len >= room)
 		return t;
-	size_t cap = want > PERCH__TXBUF_CAP ? want : PERCH__TXBUF_CAP;
-	if (cap > UINT32_MAX)
-		cap = UINT32_MAX;
-	struct perch__txbuf *b = txbuf_alloc(c, cap);
+	struct perch__txbuf *b = txbuf_alloc(c, room, want);
 	if (!b)
 		return NULL;
 	b->next = NULL;
 	b->len = 0;
-	b->cap = (uint32_t)cap;
 	if (t)
 		t->next = b;
 	else

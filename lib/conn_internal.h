@@ -43,8 +43,9 @@ struct perch__transport_ops {
 	void (*consumed)(struct perch_conn *c, uint64_t n);
 	/*
 	 * Optional, both: a pool of PERCH__TXBUF_CAP staging buffers. txbuf_get
-	 * lends one or says NULL (the core mallocs); txbuf_put takes a spent one
-	 * back or refuses it (false: the core frees it). Called on whatever
+	 * lends one (cap set) or says NULL (the core mallocs one, of a big
+	 * write's whole size); txbuf_put takes a spent one back or refuses it
+	 * (false: the core frees it). Called on whatever
 	 * thread writes or completes; a pool that serves one thread refuses the
 	 * others.
 	 */

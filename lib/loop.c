@@ -600,12 +600,23 @@ static struct perch_loop *loop_of_conn(struct perch_conn *c)
 	return ((struct perch__sock *)c->transport)->loop;
 }
 
+/*
+ * On the loop's thread, a buffer of the pool's size: pooled, or new when
+ * the pool is empty (so that it comes back to the pool: a write the core
+ * would give one bigger buffer of its own never would).
+ */
 static struct perch__txbuf *op_txbuf_get(struct perch_conn *c)
 {
 	struct perch_loop *loop = loop_of_conn(c);
-	if (!perch_loop_is_current(loop) || !loop->txbuf_pool)
+	if (!perch_loop_is_current(loop))
 		return NULL;
 	struct perch__txbuf *b = loop->txbuf_pool;
+	if (!b) {
+		b = malloc(sizeof(*b) + PERCH__TXBUF_CAP);
+		if (b)
+			b->cap = PERCH__TXBUF_CAP;
+		return b;
+	}
 	loop->txbuf_pool = b->next;
 	loop->txbuf_pooled--;
 	return b;

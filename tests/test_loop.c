@@ -375,6 +375,19 @@ static void look_at_the_pool(void *arg)
 }
 
 #define POOL_BURST (PERCH__TXBUF_POOL_MAX + 44)
+#define SEGMENT_SIZE (4 * PERCH__TXBUF_CAP)
+
+/* A write of a received segment's size, made while the pool is empty. */
+static void write_a_segment(void *arg)
+{
+	struct pooled *p = arg;
+	static uint8_t segment[SEGMENT_SIZE];
+	p->write_rc = perch_conn_write(p->k.c, segment, sizeof(segment));
+	p->pooled_after = 0;
+	for (struct perch__txbuf *b = p->k.c->staged_head; b; b = b->next)
+		p->pooled_after += b->cap == PERCH__TXBUF_CAP;   /* buffers of the pool's size */
+	p->flush_rc = perch_conn_flush(p->k.c, &p->h);
+}
 
 /* One flush of more full buffers than the pool keeps. */
 static void write_a_burst(void *arg)
@@ -400,6 +413,12 @@ static void staging_on_the_loop_thread_reuses_what_sends_gave_back_and_the_pool_
 {
 	struct pooled p;
 	pooled_open(&p);
+	/* An empty pool still stages in buffers of its size, new ones, so that they come back to it. */
+	assert_int_equal(lu_on_loop(&p.l, write_a_segment, &p), 0);
+	assert_int_equal(p.pooled_after, SEGMENT_SIZE / PERCH__TXBUF_CAP);
+	pooled_flushed(&p, SEGMENT_SIZE);
+	assert_int_equal(lu_on_loop(&p.l, look_at_the_pool, &p), 0);
+	assert_int_equal(p.pooled, SEGMENT_SIZE / PERCH__TXBUF_CAP);
 	/* The burst's buffers come back on the loop thread: the pool keeps its bound, frees the rest. */
 	assert_int_equal(lu_on_loop(&p.l, write_a_burst, &p), 0);
 	pooled_flushed(&p, (size_t)POOL_BURST * PERCH__TXBUF_CAP);
