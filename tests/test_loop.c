@@ -354,6 +354,14 @@ static void pooled_open(struct pooled *p)
 	assert_int_equal(lu_sem_wait(&p->k.got, LU_TIMEOUT_MS), 0);
 }
 
+static void pooled_close(struct pooled *p)
+{
+	perch_conn_release(p->k.c);
+	close(p->fd);
+	assert_int_equal(lu_stop(&p->l), 0);
+	sem_destroy(&p->k.got);
+}
+
 /* Waits for the flush started in p->h, after the client read its `n` bytes. */
 static void pooled_flushed(struct pooled *p, size_t n)
 {
@@ -439,10 +447,7 @@ static void staging_on_the_loop_thread_reuses_what_sends_gave_back_and_the_pool_
 	assert_int_equal(p.pooled, PERCH__TXBUF_POOL_MAX);
 	p.flush_rc = perch_conn_flush(p.k.c, &p.h);
 	pooled_flushed(&p, 1);
-	perch_conn_release(p.k.c);
-	close(p.fd);
-	assert_int_equal(lu_stop(&p.l), 0);
-	sem_destroy(&p.k.got);
+	pooled_close(&p);
 }
 
 /* A buffer dropped off the loop's thread (a flush refused as closed) is freed: the pool is the loop's. */
@@ -457,10 +462,7 @@ static void staging_dropped_off_the_loop_thread_is_freed_not_pooled(void **state
 	assert_int_equal(lu_on_loop(&p.l, look_at_the_pool, &p), 0);
 	assert_int_equal(p.pooled, 0);
 	assert_null(p.head);
-	perch_conn_release(p.k.c);
-	close(p.fd);
-	assert_int_equal(lu_stop(&p.l), 0);
-	sem_destroy(&p.k.got);
+	pooled_close(&p);
 }
 
 static void burst_of_2mib_then_fin_is_read_completely_before_eof(void **state)
