@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/run.sh: takes every server through the same load in interleaved rounds, prints medians and ratios, writes doc/perf/results.md and plots.
+# bench/run.sh: takes every server through the same load in interleaved rounds, prints medians and ratios, writes results.md and plots (bench/out/ unless -o).
 set -euo pipefail
 shopt -s nullglob
 
@@ -28,7 +28,8 @@ requests per server-CPU second; a server under BOUND_UTIL (0.90) of its core is 
 client-bound in results.md, and ratios are given for throughput and for capacity.
 
 Options: -r rounds (ROUNDS, 5; FLOOD_ROUNDS, 3), -d seconds a load (SECS, 3),
--o where results.md, raw.tsv and the PNGs go (OUT, doc/perf), -b the build dir (BUILD, build).
+-o where results.md, raw.tsv and the PNGs go (OUT, bench/out; the published run is -o doc/perf),
+-b the build dir (BUILD, build).
 
 Server-bound mode: -q PERCENT (PERCH_BENCH_SERVER_QUOTA; default off) runs every server, its
 threads and children, in one cgroup with a CPU bandwidth quota of PERCENT% of one CPU, the
@@ -64,7 +65,7 @@ ROOT=$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)
 ROUNDS=${ROUNDS:-5}
 FLOOD_ROUNDS=${FLOOD_ROUNDS:-3}
 SECS=${SECS:-3}
-OUT=${OUT:-$ROOT/doc/perf}
+OUT=${OUT:-$ROOT/bench/out}
 BUILD=${BUILD:-$ROOT/build}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}

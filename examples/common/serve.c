@@ -290,7 +290,7 @@ void serve_stop(struct serve *s)
 static void usage(const char *prog)
 {
 	fprintf(stderr,
-		"usage: %s [--port P] [--host ADDR] [--threads N] [--backend uring|epoll]\n"
+		"usage: %s [--port P] [--host ADDR] [--threads N] [--backend uring|io_uring|epoll]\n"
 		"       [--recv multishot|singleshot]\n"
 		"  --port P       TCP port (default 0: the kernel picks one, printed at start)\n"
 		"  --host ADDR    numeric IPv4 or IPv6 address to listen on (default 127.0.0.1)\n"
@@ -348,7 +348,9 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 			o->threads = (int)v;
 			break;
 		case 'b':
-			if (strcmp(optarg, "uring") != 0 && strcmp(optarg, "epoll") != 0)
+			/* The library's spellings: "io_uring" is the name the banner prints. */
+			if (strcmp(optarg, "uring") != 0 && strcmp(optarg, "io_uring") != 0 &&
+			    strcmp(optarg, "epoll") != 0)
 				goto bad;
 			o->backend = optarg;
 			break;
@@ -394,7 +396,11 @@ int serve_main(int argc, char **argv, const char *prog, serve_start_fn start, se
 	struct serve *srv;
 	rc = start(&o, &srv);
 	if (rc != 0) {
-		fprintf(stderr, "%s: cannot listen on %s:%d: %s\n", prog, o.host, o.port, strerror(-rc));
+		/* A loop refused before any listen: the backend named in the environment is the usual cause. */
+		const char *be = getenv("PERCH_BACKEND");
+		fprintf(stderr, "%s: cannot start its loops or listen on %s:%d: %s%s%s%s\n", prog, o.host,
+			o.port, strerror(-rc), rc == -EINVAL && be ? " (PERCH_BACKEND=" : "",
+			rc == -EINVAL && be ? be : "", rc == -EINVAL && be ? ": uring, io_uring or epoll?)" : "");
 		return 1;
 	}
 	/* What the loop really runs: io_uring refused falls back to epoll (one line on stderr says why). */

@@ -52,7 +52,10 @@ struct perch_loop_opts {
 /* Per-connection options; a zeroed struct (or NULL) means every default. */
 struct perch_conn_opts {
 	enum perch_recv_mode recv_mode;
-	size_t pause_bytes;        /* unconsumed bytes that pause recv; 0: 256 KiB */
+	size_t pause_bytes;        /* unconsumed bytes that pause recv; 0: 256 KiB. A reader
+				    * that waits for more while holding back this much (examined,
+				    * not consumed) waits for good: set it above the largest
+				    * message a reader holds back whole */
 	size_t resume_bytes;       /* recv resumes at or below this; 0: pause_bytes / 4; < pause_bytes */
 };
 
