@@ -465,6 +465,56 @@ static void staging_dropped_off_the_loop_thread_is_freed_not_pooled(void **state
 	pooled_close(&p);
 }
 
+/* Writes of every size, and a staged room bigger than a pooled buffer, made inside a turn. */
+#define MIXED_HINT (PERCH__TXBUF_CAP + 904)
+#define MIXED_BIG (64 * 1024 + 1)
+#define MIXED_TOTAL (100 + SEGMENT_SIZE + MIXED_HINT + MIXED_BIG)
+
+struct mixed {
+	struct pooled *p;
+	uint8_t *out;
+	int rc[5];
+	size_t room;            /* what staging MIXED_HINT bytes lent */
+	uint32_t tail_cap;      /* the buffer the big write went into */
+};
+
+static void write_every_size(void *arg)
+{
+	struct mixed *m = arg;
+	struct perch_conn *c = m->p->k.c;
+	const uint8_t *at = m->out;
+	uint8_t *buf;
+	m->rc[0] = perch_conn_write(c, at, 100);
+	m->rc[1] = perch_conn_write(c, at += 100, SEGMENT_SIZE);
+	m->rc[2] = perch__conn_stage_buffer(c, MIXED_HINT, &buf, &m->room);
+	size_t n = m->rc[2] == 0 && m->room >= MIXED_HINT ? MIXED_HINT : 0;
+	memcpy(buf, at += SEGMENT_SIZE, n);
+	m->rc[3] = perch__conn_stage_commit(c, n);
+	m->rc[4] = perch_conn_write(c, at += MIXED_HINT, MIXED_BIG);
+	m->tail_cap = c->staged_tail->cap;
+	m->p->flush_rc = perch_conn_flush(c, &m->p->h);
+}
+
+static void staging_on_the_loop_thread_gives_the_room_asked_and_a_big_write_its_own_buffer(void **state)
+{
+	struct pooled p;
+	struct mixed m = { .p = &p, .out = malloc(MIXED_TOTAL) };
+	lu_fill(m.out, MIXED_TOTAL);
+	pooled_open(&p);
+	assert_int_equal(lu_on_loop(&p.l, write_every_size, &m), 0);
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(m.rc[i], 0);
+	assert_true(m.room >= MIXED_HINT);
+	assert_int_equal(m.tail_cap, MIXED_BIG);
+	uint8_t *in = malloc(MIXED_TOTAL);
+	assert_true(lu_read_all(p.fd, in, MIXED_TOTAL));
+	assert_memory_equal(in, m.out, MIXED_TOTAL);
+	pooled_flushed(&p, 0);
+	free(in);
+	free(m.out);
+	pooled_close(&p);
+}
+
 static void burst_of_2mib_then_fin_is_read_completely_before_eof(void **state)
 {
 	struct stream st;
@@ -1318,6 +1368,7 @@ int main(void)
 		cmocka_unit_test(close_during_a_stuck_one_buffer_send_fails_the_flush_once),
 		cmocka_unit_test(staging_on_the_loop_thread_reuses_what_sends_gave_back_and_the_pool_is_bounded),
 		cmocka_unit_test(staging_dropped_off_the_loop_thread_is_freed_not_pooled),
+		cmocka_unit_test(staging_on_the_loop_thread_gives_the_room_asked_and_a_big_write_its_own_buffer),
 		cmocka_unit_test(bad_arguments_return_einval),
 		cmocka_unit_test(backend_option_and_environment_pick_the_backend),
 		cmocka_unit_test(io_uring_refused_fails_an_explicit_uring_loop_with_one_clear_line),
