@@ -322,6 +322,7 @@ set datafile separator "\t"
 set grid ytics
 plot for [c=2:$ncol] "$data" using c:xtic(1) title columnheader(c)
 EOF
+	WRITTEN+=("$OUT/$name.png")
 }
 
 # The results' word on the quota: what was set, for whom, and what "saturated" means under it (nothing without one).
@@ -377,6 +378,7 @@ write_results() {
 	} >"$md"
 	[[ -s $RAW ]] && cp "$RAW" "$OUT/raw.tsv"
 	[[ -s $TMP/flood.tsv ]] && cp "$TMP/flood.tsv" "$OUT/flood.tsv"
+	WRITTEN=()
 	if have gnuplot; then
 		for s in echo http resp; do
 			plot "$s" 5 "$s" "median throughput" "requests or messages per second"
@@ -388,7 +390,7 @@ write_results() {
 	echo
 	cat "$md"
 	echo
-	echo "written: $md" "$OUT"/*.png
+	echo "written: $md" "${WRITTEN[@]}"
 }
 
 : >"$RAW"
