@@ -341,10 +341,6 @@ int main(int argc, char **argv)
 	perch_pipe_reader_free(b.r);
 	perch_pipe_writer_free(b.w);
 	perch_conn_release(b.c);
-	while (b.t.spent) {
-		struct perch__txbuf *next = b.t.spent->next;
-		free(b.t.spent);
-		b.t.spent = next;
-	}
+	perch__conn_free_chain(b.t.spent);
 	return 0;
 }

@@ -283,8 +283,11 @@ static struct perch__txbuf *txbuf_alloc(struct perch_conn *c, size_t room, size_
 			return b;
 	}
 	size_t cap = want > PERCH__TXBUF_CAP ? want : PERCH__TXBUF_CAP;
-	if (cap > UINT32_MAX)
-		cap = UINT32_MAX;
+	return perch__txbuf_new(cap > UINT32_MAX ? UINT32_MAX : cap);
+}
+
+struct perch__txbuf *perch__txbuf_new(size_t cap)
+{
 	struct perch__txbuf *b = malloc(sizeof(*b) + cap);
 	if (b)
 		b->cap = (uint32_t)cap;

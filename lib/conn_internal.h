@@ -169,6 +169,8 @@ int perch__conn_stage_commit(struct perch_conn *c, size_t n);
 /* Takes every staged buffer (the in-memory pipe hands them to its reader), *len bytes in all. */
 struct perch__txbuf *perch__conn_take_staged(struct perch_conn *c, size_t *len);
 void perch__conn_free_chain(struct perch__txbuf *chain);
+/* A new staging buffer of `cap` bytes (cap set, nothing else), or NULL: for a transport's pool too. */
+struct perch__txbuf *perch__txbuf_new(size_t cap);
 /* Releases every received byte (the reader completed). Returns 0, or -EBUSY while a read owns the slot. */
 int perch__conn_discard(struct perch_conn *c);
 /* A completion with nothing new, as when two completions target one park (tests use it). */

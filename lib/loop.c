@@ -611,12 +611,8 @@ static struct perch__txbuf *op_txbuf_get(struct perch_conn *c)
 	if (!perch_loop_is_current(loop))
 		return NULL;
 	struct perch__txbuf *b = loop->txbuf_pool;
-	if (!b) {
-		b = malloc(sizeof(*b) + PERCH__TXBUF_CAP);
-		if (b)
-			b->cap = PERCH__TXBUF_CAP;
-		return b;
-	}
+	if (!b)
+		return perch__txbuf_new(PERCH__TXBUF_CAP);
 	loop->txbuf_pool = b->next;
 	loop->txbuf_pooled--;
 	return b;
@@ -635,11 +631,8 @@ static bool op_txbuf_put(struct perch_conn *c, struct perch__txbuf *b)
 
 static void free_txbuf_pool(struct perch_loop *loop)
 {
-	while (loop->txbuf_pool) {
-		struct perch__txbuf *b = loop->txbuf_pool;
-		loop->txbuf_pool = b->next;
-		free(b);
-	}
+	perch__conn_free_chain(loop->txbuf_pool);
+	loop->txbuf_pool = NULL;
 	loop->txbuf_pooled = 0;
 }
 
