@@ -56,9 +56,9 @@ static void bt_send(struct perch_conn *c, struct perch__txbuf *chain)
 	((struct bench_transport *)c->transport)->sent = chain;
 }
 
-static void bt_release_seg(struct perch_conn *c, struct perch_seg *seg)
+static void bt_release_seg(struct perch_seg *seg)
 {
-	struct bench_transport *t = c->transport;
+	struct bench_transport *t = seg->owner;
 	seg->next = t->free_segs;
 	t->free_segs = seg;
 }
@@ -93,8 +93,9 @@ static void bt_init(struct bench_transport *t)
 	memset(t, 0, sizeof(*t));
 	for (int i = 0; i < POOL; i++) {
 		t->segs[i].data = t->data[i];
+		t->segs[i].owner = t;
 		memset(t->data[i], 'a' + i, MSG_LEN);
-		bt_release_seg(&(struct perch_conn){ .transport = t }, &t->segs[i]);
+		bt_release_seg(&t->segs[i]);
 	}
 }
 

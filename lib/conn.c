@@ -194,7 +194,7 @@ static void wake_reader(struct perch_conn *c)
 static void release_seg(struct perch_conn *c, struct perch_seg *seg)
 {
 	seg->next = NULL;
-	c->ops->release_seg(c, seg);
+	c->ops->release_seg(seg);
 }
 
 /*
@@ -236,11 +236,34 @@ static void release_segs(struct perch_conn *c, struct perch_seg *seg)
 
 /* ================= flush engine ================= */
 
+/* Whose a lent segment is: kept in the data of the buffer that lends it to a send. */
+struct lent_seg {
+	const struct perch__transport_ops *ops;
+	struct perch_seg *seg;
+};
+
+static bool txbuf_is_lent(const struct perch__txbuf *b)
+{
+	return b->bytes != b->data;
+}
+
+/* The segment goes back to its owner now that the send is done with its bytes. */
+static void return_lent(struct perch__txbuf *b)
+{
+	struct lent_seg *l = (struct lent_seg *)(void *)b->data;
+	l->seg->next = NULL;
+	l->ops->release_seg(l->seg);
+	free(b);
+}
+
 static void free_buffers(struct perch__txbuf *b)
 {
 	while (b) {
 		struct perch__txbuf *next = b->next;
-		free(b);
+		if (txbuf_is_lent(b))
+			return_lent(b);
+		else
+			free(b);
 		b = next;
 	}
 }
@@ -250,7 +273,9 @@ static void give_back_chain(struct perch_conn *c, struct perch__txbuf *b)
 {
 	while (b) {
 		struct perch__txbuf *next = b->next;
-		if (b->cap != PERCH__TXBUF_CAP || !c->ops->txbuf_put(c, b))
+		if (txbuf_is_lent(b))
+			return_lent(b);
+		else if (b->cap != PERCH__TXBUF_CAP || !c->ops->txbuf_put(c, b))
 			free(b);
 		b = next;
 	}
@@ -289,8 +314,10 @@ static struct perch__txbuf *txbuf_alloc(struct perch_conn *c, size_t room, size_
 struct perch__txbuf *perch__txbuf_new(size_t cap)
 {
 	struct perch__txbuf *b = malloc(sizeof(*b) + cap);
-	if (b)
+	if (b) {
+		b->bytes = b->data;
 		b->cap = (uint32_t)cap;
+	}
 	return b;
 }
 
@@ -567,18 +594,29 @@ int perch_conn_read(struct perch_conn *c, struct perch_read_result *out,
 	return rc;
 }
 
+/* Whether the last result (the claim holder's) has room for this advance. */
+static bool advance_fits(const struct perch_conn *c, size_t consumed, size_t examined)
+{
+	return c->rd_have_result && consumed <= examined && examined <= c->rd_result_len &&
+	       c->rd_result_base + examined >= c->rd_examined;
+}
+
+/* Ends the last result; returns the whole segments the consumed bytes covered. */
+static struct perch_seg *end_result(struct perch_conn *c, size_t consumed, size_t examined)
+{
+	struct perch_seg *done = consume_bytes(c, consumed);
+	c->rd_consumed = c->rd_result_base + consumed;
+	perch__store_u64(&c->rd_examined, c->rd_result_base + examined);
+	c->rd_have_result = false;
+	return done;
+}
+
 static int advance_claimed(struct perch_conn *c, size_t consumed, size_t examined,
 			   struct perch_seg **done)
 {
-	if (!c->rd_have_result || consumed > examined || examined > c->rd_result_len)
+	if (!advance_fits(c, consumed, examined))
 		return -EINVAL;
-	uint64_t new_examined = c->rd_result_base + examined;
-	if (new_examined < c->rd_examined)
-		return -EINVAL;
-	*done = consume_bytes(c, consumed);
-	c->rd_consumed = c->rd_result_base + consumed;
-	perch__store_u64(&c->rd_examined, new_examined);
-	c->rd_have_result = false;
+	*done = end_result(c, consumed, examined);
 	return 0;
 }
 
@@ -707,6 +745,159 @@ struct perch__txbuf *perch__conn_take_staged(struct perch_conn *c, size_t *len)
 void perch__conn_free_chain(struct perch__txbuf *chain)
 {
 	free_buffers(chain);
+}
+
+/* ================= forwarding: consumed bytes staged on a writer without a copy ================= */
+
+/*
+ * A segment whose remainder is at least this big is lent; a smaller one is
+ * copied: lending it would hold a whole receive buffer for a few bytes,
+ * and cost a record and a release where a copy costs less.
+ */
+#define FORWARD_LEND_MIN 1024u
+
+static bool forward_lends(size_t left)
+{
+	return left >= FORWARD_LEND_MIN;
+}
+
+/* A chain built aside, so that a forward stages all of it or nothing. */
+struct txchain {
+	struct perch__txbuf *head, *tail;
+};
+
+static void chain_append(struct txchain *ch, struct perch__txbuf *b)
+{
+	b->next = NULL;
+	if (ch->tail)
+		ch->tail->next = b;
+	else
+		ch->head = b;
+	ch->tail = b;
+}
+
+/* Drops a chain that never took anything: the segments it would have lent stay the reader's. */
+static void chain_abandon(struct txchain *ch)
+{
+	for (struct perch__txbuf *b = ch->head, *next; b; b = next) {
+		next = b->next;
+		free(b);
+	}
+}
+
+/* A buffer lending bytes [off, len) of `seg`, received on `src`. */
+static struct perch__txbuf *lend_new(const struct perch_conn *src, struct perch_seg *seg,
+				     size_t off)
+{
+	struct perch__txbuf *b = malloc(sizeof(*b) + sizeof(struct lent_seg));
+	if (!b)
+		return NULL;
+	struct lent_seg *l = (struct lent_seg *)(void *)b->data;
+	l->ops = src->ops;
+	l->seg = seg;
+	b->bytes = seg->data + off;
+	b->len = b->cap = seg->len - (uint32_t)off;
+	return b;
+}
+
+/* Copies `n` bytes onto the chain: into its last staging buffer while that has room, then new ones. */
+static int chain_copy(struct perch_conn *dst, struct txchain *ch, const uint8_t *p, size_t n)
+{
+	while (n > 0) {
+		struct perch__txbuf *t = ch->tail;
+		if (!t || txbuf_is_lent(t) || t->len == t->cap) {
+			t = txbuf_alloc(dst, 1, n);
+			if (!t)
+				return -ENOMEM;
+			t->len = 0;
+			chain_append(ch, t);
+		}
+		size_t k = t->cap - t->len < n ? t->cap - t->len : n;
+		memcpy(t->data + t->len, p, k);
+		t->len += (uint32_t)k;
+		p += k;
+		n -= k;
+	}
+	return 0;
+}
+
+/*
+ * The first `n` unconsumed bytes as a chain for `dst`: a segment whose
+ * remainder they cover whole is lent when big enough, the rest is copied.
+ * The reader's list is only read, so a failure loses nothing.
+ */
+static int chain_consumed(struct perch_conn *src, struct perch_conn *dst, size_t n,
+			  struct txchain *ch)
+{
+	size_t off = src->rd_head_off;
+	for (struct perch_seg *s = src->rd_head; n > 0; s = s->next, off = 0) {
+		size_t left = s->len - off;
+		size_t take = left < n ? left : n;
+		if (take == left && forward_lends(left)) {
+			struct perch__txbuf *b = lend_new(src, s, off);
+			if (!b)
+				return -ENOMEM;
+			chain_append(ch, b);
+		} else if (chain_copy(dst, ch, s->data + off, take) != 0) {
+			return -ENOMEM;
+		}
+		n -= take;
+	}
+	return 0;
+}
+
+/* Releases the consumed whole segments that were copied; the lent ones come back with their send. */
+static void release_copied(struct perch_conn *c, struct perch_seg *done, size_t first_off)
+{
+	for (size_t off = first_off; done; off = 0) {
+		struct perch_seg *next = done->next;
+		if (!forward_lends(done->len - off))
+			release_seg(c, done);
+		done = next;
+	}
+}
+
+static void stage_chain(struct perch_conn *c, const struct txchain *ch, size_t len)
+{
+	if (!ch->head)
+		return;
+	if (c->staged_tail)
+		c->staged_tail->next = ch->head;
+	else
+		c->staged_head = ch->head;
+	c->staged_tail = ch->tail;
+	c->staged_len += len;
+}
+
+/* The reader's advance under the claim, with the consumed bytes made into a chain first. */
+int perch_conn_forward(struct perch_conn *src, size_t consumed, size_t examined,
+		       struct perch_conn *dst)
+{
+	if (!src || !dst)
+		return -EINVAL;
+	if (perch__load_u32(&dst->flush_busy))
+		return -EBUSY;
+	if (tx_is_closed(dst))
+		return -EPIPE;
+	if (!perch__cas_uptr(&src->read_waiter, PERCH__SLOT_EMPTY, PERCH__SLOT_CLAIM))
+		return -EBUSY;
+	struct txchain ch = { NULL, NULL };
+	size_t first_off = src->rd_head_off;
+	struct perch_seg *done = NULL;
+	int rc = advance_fits(src, consumed, examined) ? chain_consumed(src, dst, consumed, &ch)
+						       : -EINVAL;
+	if (rc == 0)
+		done = end_result(src, consumed, examined);
+	release_claim(src);
+	if (rc != 0) {
+		chain_abandon(&ch);
+		return rc;
+	}
+	release_copied(src, done, first_off);
+	stage_chain(dst, &ch, consumed);
+	if (consumed > 0 && src->ops->consumed)
+		src->ops->consumed(src, consumed);
+	return 0;
 }
 
 int perch__conn_discard(struct perch_conn *c)

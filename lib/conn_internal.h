@@ -10,11 +10,18 @@
 
 #include "atomic.h"
 
-/* Staged outbound bytes: a chain owned by the writer until flush hands it to the backend. */
+/*
+ * Staged outbound bytes: a chain owned by the writer until flush hands it
+ * to the backend. `bytes` is `data` for a staging buffer; a received
+ * segment forwarded without a copy (perch_conn_forward) is lent instead:
+ * `bytes` points into the segment, which goes back to its owner when the
+ * chain is freed, and `data` holds the record of whose it is.
+ */
 struct perch__txbuf {
 	struct perch__txbuf *next;
+	uint8_t *bytes;
 	uint32_t len;
-	uint32_t cap;
+	uint32_t cap;                  /* room at data; a lent segment's is its len: none left */
 	uint8_t data[];
 };
 
@@ -29,8 +36,13 @@ struct perch__txbuf {
 struct perch__transport_ops {
 	/* Owns `chain` until it calls perch__conn_send_done(c, chain, result). */
 	void (*send)(struct perch_conn *c, struct perch__txbuf *chain);
-	/* A consumed segment goes back to its owner; called from any thread. */
-	void (*release_seg)(struct perch_conn *c, struct perch_seg *seg);
+	/*
+	 * A consumed segment goes back to its owner (seg->owner says whose);
+	 * called from any thread. Without the connection: a forwarded segment
+	 * comes back when another connection's send completes, and the one it
+	 * was received on may be gone by then.
+	 */
+	void (*release_seg)(struct perch_seg *seg);
 	/* The connection was closed: cancel in-flight work (its completions still come). */
 	void (*close)(struct perch_conn *c);
 	/* Last reference gone; optional. The core frees `c` after it returns. */

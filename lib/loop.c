@@ -457,7 +457,7 @@ int perch__loop_tx_iov(struct perch__sock *s, struct iovec *iov, int max)
 	for (struct perch__txbuf *b = s->tx_cur; b && n < max; b = b->next, off = 0) {
 		if (b->len == off)
 			continue;
-		iov[n].iov_base = b->data + off;
+		iov[n].iov_base = b->bytes + off;
 		iov[n].iov_len = b->len - off;
 		n++;
 	}
@@ -550,7 +550,7 @@ static void op_send(struct perch_conn *c, struct perch__txbuf *chain)
 	inbox_push(s->loop, &s->send_msg);
 }
 
-static void op_release_seg(struct perch_conn *c, struct perch_seg *seg)
+static void op_release_seg(struct perch_seg *seg)
 {
 	struct perch__rxseg *rs = (struct perch__rxseg *)seg;
 	struct perch_loop *loop = seg->owner;

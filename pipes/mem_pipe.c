@@ -46,7 +46,7 @@ static void mem_send(struct perch_conn *c, struct perch__txbuf *chain)
 	perch__conn_free_chain(chain);
 }
 
-static void mem_release_seg(struct perch_conn *c, struct perch_seg *seg)
+static void mem_release_seg(struct perch_seg *seg)
 {
 	struct mem_seg *ms = (struct mem_seg *)seg;
 	perch__conn_free_chain(ms->buf);
@@ -145,7 +145,7 @@ static int publish(struct perch_pipe_writer *w, struct perch__txbuf *chain)
 		b->next = NULL;
 		ms->buf = b;
 		ms->seg.next = NULL;
-		ms->seg.data = b->data;
+		ms->seg.data = b->bytes;
 		ms->seg.len = b->len;
 		perch__faa_u64(&w->mem->unread, b->len);
 		if (perch__conn_recv_arrived(w->c, &ms->seg) != 0) {

@@ -128,6 +128,20 @@ int perch_pipe_write(struct perch_pipe_writer *w, const void *data, size_t len)
 	return perch_conn_write(w->c, data, len);
 }
 
+int perch_pipe_forward(struct perch_pipe_reader *r, size_t consumed, size_t examined,
+		       struct perch_pipe_writer *w)
+{
+	if (!r || !writer_usable(w))
+		return -EINVAL;
+	int refused = w->mem ? perch__mem_write_refusal(w->mem) : 0;
+	if (refused)
+		return refused;
+	int rc = perch_conn_forward(r->c, consumed, examined, w->c);
+	if (rc == 0)
+		w->room = 0; /* the forwarded bytes took the lent buffer's place */
+	return rc;
+}
+
 /* Takes a pending cancel, if one was made (a load first: cancels are rare, an exchange is not free). */
 static bool take_cancel(uint32_t *cancel)
 {

@@ -1,4 +1,4 @@
-/* tests/test_echo_server.c: examples/echo in-process on port 0: round trips, a stream larger than the socket buffers, many clients, two loops, no fd left after stop. */
+/* tests/test_echo_server.c: examples/echo in-process on port 0 (forwarding, and copying with --copy): round trips, a stream larger than the socket buffers, many clients, two loops, no fd left after stop. */
 #include "config.h"
 
 #include <stdio.h>
@@ -10,6 +10,12 @@
 #include "server_util.h"
 
 SU_FIXTURES(echo_start, echo_stop)
+
+/* The copying echo (echo --copy), for the tests that must hold for both. */
+static int setup_copying(void **state)
+{
+	return (*state = su_start(echo_copy_start, echo_stop, 1)) ? 0 : -1;
+}
 
 static void round_trips_come_back_in_order(void **state)
 {
@@ -27,7 +33,11 @@ static void round_trips_come_back_in_order(void **state)
 	close(fd);
 }
 
-/* 8 MiB written by one thread while this one reads: the server's flush backpressure holds it, every byte comes back. */
+/*
+ * 8 MiB written by one thread while this one reads: the server's flush
+ * backpressure holds it, every byte comes back (forwarded: whole receive
+ * buffers lent to the send; copied, with --copy).
+ */
 static void stream_larger_than_the_socket_buffers_comes_back_whole(void **state)
 {
 	struct su_server *f = *state;
@@ -46,6 +56,16 @@ static void stream_larger_than_the_socket_buffers_comes_back_whole(void **state)
 	close(fd);
 	free(out);
 	free(in);
+}
+
+static void copying_echo_streams_every_byte_back_too(void **state)
+{
+	stream_larger_than_the_socket_buffers_comes_back_whole(state);
+}
+
+static void copying_echo_round_trips_come_back_in_order_too(void **state)
+{
+	round_trips_come_back_in_order(state);
 }
 
 static void many_clients_at_once_each_get_their_own_bytes(void **state)
@@ -130,6 +150,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(round_trips_come_back_in_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(stream_larger_than_the_socket_buffers_comes_back_whole, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(copying_echo_streams_every_byte_back_too, setup_copying,
+						teardown),
+		cmocka_unit_test_setup_teardown(copying_echo_round_trips_come_back_in_order_too,
+						setup_copying, teardown),
 		cmocka_unit_test_setup_teardown(many_clients_at_once_each_get_their_own_bytes, setup_two_loops,
 						teardown),
 		cmocka_unit_test_setup_teardown(fin_after_bytes_gets_the_bytes_then_a_close, setup, teardown),

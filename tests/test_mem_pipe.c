@@ -272,6 +272,72 @@ static void layers_stack_through_two_pipes(void **state)
 	perch_pipe_writer_free(w2);
 }
 
+/*
+ * A pipe's buffer forwarded to the next pipe is the same memory at the far
+ * end (5000 bytes: a 4 KiB buffer lent, the rest copied); a refused forward
+ * leaves the result whole.
+ */
+static void forward_hands_a_pipes_buffers_to_the_next_pipe_without_a_copy(void **state)
+{
+	struct perch_pipe_reader *r1, *r2, *r3;
+	struct perch_pipe_writer *w1, *w2, *w3;
+	struct perch_read_result res, far;
+	struct perch_vtask_handle h;
+	static uint8_t bytes[5000];
+	for (size_t i = 0; i < sizeof(bytes); i++)
+		bytes[i] = (uint8_t)(i * 13 + 1);
+	assert_int_equal(perch_pipe_new(NULL, &r1, &w1), 0);
+	assert_int_equal(perch_pipe_new(NULL, &r2, &w2), 0);
+	assert_int_equal(perch_pipe_new(NULL, &r3, &w3), 0);
+	assert_int_equal(perch_pipe_write(w1, bytes, sizeof(bytes)), 0);
+	assert_int_equal(perch_pipe_flush(w1, &h), 0);
+	assert_int_equal(perch_pipe_read(r1, &res, &h), 0);
+	assert_int_equal(res.len, sizeof(bytes));
+	/* Refused: a completed writer, a pipe whose reader is gone, NULLs. Nothing consumed. */
+	assert_int_equal(perch_pipe_writer_complete(w3), 0);
+	assert_int_equal(perch_pipe_forward(r1, res.len, res.len, w3), -EINVAL);
+	assert_int_equal(perch_pipe_reader_complete(r3), 0);
+	assert_int_equal(perch_pipe_forward(NULL, 0, 0, w2), -EINVAL);
+	assert_int_equal(perch_pipe_forward(r1, 0, 0, NULL), -EINVAL);
+	assert_int_equal(perch_pipe_forward(r1, res.len, res.len + 1, w2), -EINVAL);
+	assert_int_equal(perch_pipe_forward(r1, res.len, res.len, w2), 0);
+	assert_int_equal(perch_pipe_advance_to(r1, 0, 0), -EINVAL); /* the forward ended the result */
+	assert_int_equal(perch_pipe_flush(w2, &h), 0);
+	assert_int_equal(perch_pipe_read(r2, &far, &h), 0);
+	assert_int_equal(far.len, sizeof(bytes));
+	assert_ptr_equal(far.first->data, res.first->data); /* the first pipe's buffer itself */
+	size_t at = 0;
+	for (struct perch_seg *s = far.first; s; s = s->next) {
+		assert_memory_equal(s->data, bytes + at, s->len);
+		at += s->len;
+	}
+	assert_int_equal(at, sizeof(bytes));
+	assert_int_equal(perch_pipe_advance_to(r2, far.len, far.len), 0);
+	perch_pipe_reader_free(r1);
+	perch_pipe_writer_free(w1);
+	perch_pipe_reader_free(r2);
+	perch_pipe_writer_free(w2);
+	perch_pipe_reader_free(r3);
+	perch_pipe_writer_free(w3);
+}
+
+static void a_forward_into_a_pipe_whose_reader_is_gone_consumes_nothing(void **state)
+{
+	struct perch_pipe_reader *r2;
+	struct perch_pipe_writer *w2;
+	struct perch_read_result res;
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_pipe_new(NULL, &r2, &w2), 0);
+	assert_int_equal(perch_pipe_reader_complete(r2), 0);
+	assert_int_equal(perch_pipe_write(W(state), "abc", 3), 0);
+	assert_int_equal(perch_pipe_flush(W(state), &h), 0);
+	assert_int_equal(perch_pipe_read(R(state), &res, &h), 0);
+	assert_int_equal(perch_pipe_forward(R(state), 3, 3, w2), -EPIPE);
+	assert_int_equal(perch_pipe_advance_to(R(state), 3, 3), 0); /* the result was still there */
+	perch_pipe_reader_free(r2);
+	perch_pipe_writer_free(w2);
+}
+
 static void bad_options_and_arguments_return_einval(void **state)
 {
 	struct perch_pipe_reader *r = NULL;
@@ -297,6 +363,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(reader_complete_fails_the_waiting_flush_and_later_writes_with_epipe, setup, teardown),
 		cmocka_unit_test_setup_teardown(cancel_completes_the_waiting_flush_or_marks_the_next, setup, teardown),
 		cmocka_unit_test_setup_teardown(layers_stack_through_two_pipes, setup, teardown),
+		cmocka_unit_test(forward_hands_a_pipes_buffers_to_the_next_pipe_without_a_copy),
+		cmocka_unit_test_setup_teardown(a_forward_into_a_pipe_whose_reader_is_gone_consumes_nothing, setup, teardown),
 		cmocka_unit_test_setup_teardown(bad_options_and_arguments_return_einval, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("mem_pipe", tests, NULL, NULL);

@@ -131,7 +131,12 @@ static void session_pump(struct session *s)
 		size_t consumed = 0;
 		int stop = proto->on_data(s->state, s->wk->srv->app, &res, s->w, &consumed);
 		/* Examined to the end: a partial message waits for more bytes instead of spinning. */
-		perch_pipe_advance_to(s->r, consumed, res.len);
+		if (proto->forward_consumed) {
+			if (perch_pipe_forward(s->r, consumed, res.len, s->w) != 0)
+				stop = 1; /* closed, or out of memory: what was staged is still flushed */
+		} else {
+			perch_pipe_advance_to(s->r, consumed, res.len);
+		}
 		if (res.completed || res.error || res.closed || res.canceled)
 			stop = 1;
 		rc = session_flush(s, stop);
@@ -287,6 +292,8 @@ void serve_stop(struct serve *s)
 
 /* ---- the command line ---- */
 
+const char *serve_extra_usage;
+
 static void usage(const char *prog)
 {
 	fprintf(stderr,
@@ -296,8 +303,9 @@ static void usage(const char *prog)
 		"  --host ADDR    numeric IPv4 or IPv6 address to listen on (default 127.0.0.1)\n"
 		"  --threads N    loops, one per thread, sharing the port with SO_REUSEPORT (default 1)\n"
 		"  --backend B    the loop's backend, passed to the library as PERCH_BACKEND=B\n"
-		"  --recv M       receive mode of each connection (default: the loop's, multishot)\n",
-		prog);
+		"  --recv M       receive mode of each connection (default: the loop's, multishot)\n"
+		"%s",
+		prog, serve_extra_usage ? serve_extra_usage : "");
 }
 
 /* A whole decimal number in [lo, hi], or -1. */

@@ -32,6 +32,12 @@ struct serve_proto {
 	 */
 	int (*on_data)(void *state, void *app, const struct perch_read_result *r,
 		       struct perch_pipe_writer *w, size_t *consumed);
+	/*
+	 * The consumed bytes are written back after on_data's answers, without
+	 * a copy where they fill whole receive buffers (perch_pipe_forward):
+	 * an echo.
+	 */
+	bool forward_consumed;
 	void (*fini)(void *state);     /* optional: frees what the state holds */
 	void (*thread_fini)(void);     /* optional: frees a loop thread's own buffers as it exits */
 };
@@ -77,5 +83,8 @@ typedef void (*serve_stop_fn)(struct serve *s);
  * stops it. Returns the process's exit status.
  */
 int serve_main(int argc, char **argv, const char *prog, serve_start_fn start, serve_stop_fn stop);
+
+/* Lines a program's own options add to the usage (each ending in a newline), or NULL. */
+extern const char *serve_extra_usage;
 
 #endif /* PERCH_EXAMPLES_SERVE_H */

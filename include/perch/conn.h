@@ -138,6 +138,29 @@ PERCH_API int perch_conn_cancel_read(struct perch_conn *c);
 PERCH_API int perch_conn_write(struct perch_conn *c, const void *data, size_t len);
 
 /*
+ * Ends the last read of `src` as perch_conn_advance(src, consumed,
+ * examined) does, and stages the consumed bytes on `dst` (which may be
+ * `src` itself: an echo) as perch_conn_write would, without copying them:
+ * each received buffer they cover whole, of 1 KiB or more, is lent to
+ * `dst` and goes back to `src`'s loop when `dst`'s send of it completes
+ * (or its staged bytes are dropped); smaller pieces are copied. The caller
+ * must be both `src`'s reader and `dst`'s writer for this call.
+ *
+ * A lent buffer counts as unconsumed on `src` until it comes back, so a
+ * `dst` peer that does not read holds up to `src`'s pause_bytes of the
+ * loop's receive buffers (perch_loop_opts) and stops `src` being read:
+ * copy (perch_conn_write) instead where that is wrong. `src`'s loop must
+ * outlive the flush of what was forwarded.
+ *
+ * Returns 0; -EINVAL for NULLs or an advance perch_conn_advance refuses;
+ * -EBUSY while `src` has a read parked or `dst` a flush in progress;
+ * -EPIPE when `dst` is closed; -ENOMEM. On any error nothing was consumed
+ * nor staged: the result can be advanced again.
+ */
+PERCH_API int perch_conn_forward(struct perch_conn *src, size_t consumed, size_t examined,
+				 struct perch_conn *dst);
+
+/*
  * Hands the staged bytes to the loop, or parks `listener` until the kernel
  * took them all. Returns 0 when nothing was staged (an earlier flush's
  * result stays readable); PERCH_PENDING when parked; -EBUSY while another

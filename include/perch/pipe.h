@@ -160,6 +160,19 @@ PERCH_API int perch_pipe_advance(struct perch_pipe_writer *w, size_t n);
 PERCH_API int perch_pipe_write(struct perch_pipe_writer *w, const void *data, size_t len);
 
 /*
+ * Advances `r` as perch_pipe_advance_to(r, consumed, examined) and writes
+ * the consumed bytes to `w` (a proxy's forward, an echo) without copying
+ * them where it can: see perch_conn_forward, which this is over the
+ * connections beneath, for which buffers are lent and what a lent buffer
+ * holds up. `r` and `w` may be over one connection, or different ones, or
+ * in-memory pipes. Returns 0, or as perch_pipe_advance_to and
+ * perch_pipe_write refuse (the writer's -EBUSY and -EPIPE first); on any
+ * error nothing was consumed nor written.
+ */
+PERCH_API int perch_pipe_forward(struct perch_pipe_reader *r, size_t consumed, size_t examined,
+				 struct perch_pipe_writer *w);
+
+/*
  * Sends what was committed. Returns 0 when done now (nothing committed, or,
  * in memory, the reader has room); PERCH_PENDING with *task set, completing
  * with 0, -EPIPE (closed, or the reader completed), -ECANCELED
