@@ -147,9 +147,10 @@ PERCH_API int perch_conn_write(struct perch_conn *c, const void *data, size_t le
  * must be both `src`'s reader and `dst`'s writer for this call.
  *
  * A lent buffer counts as unconsumed on `src` until it comes back, so a
- * `dst` peer that does not read holds up to `src`'s pause_bytes of the
- * loop's receive buffers (perch_loop_opts) and stops `src` being read:
- * copy (perch_conn_write) instead where that is wrong. `src`'s loop must
+ * `dst` peer that does not read holds what was lent plus what arrives
+ * before `src`'s reading pauses (pause_bytes, and up to a socket receive
+ * queue more: doc/loop.md) of the loop's receive buffers: copy
+ * (perch_conn_write) instead where that is wrong. `src`'s loop must
  * outlive the flush of what was forwarded.
  *
  * Returns 0; -EINVAL for NULLs or an advance perch_conn_advance refuses;
