@@ -150,8 +150,12 @@ PERCH_API int perch_conn_write(struct perch_conn *c, const void *data, size_t le
  * `dst` peer that does not read holds what was lent plus what arrives
  * before `src`'s reading pauses (pause_bytes, and up to a socket receive
  * queue more: doc/loop.md) of the loop's receive buffers: copy
- * (perch_conn_write) instead where that is wrong. `src`'s loop must
- * outlive the flush of what was forwarded.
+ * (perch_conn_write) instead where that is wrong. (An in-memory pipe's
+ * reader as `src` gets its room back at once: its writer is bounded by
+ * `dst`'s flush instead.) `src`'s loop must outlive every holder of what
+ * was lent: the send that takes it, or, when `dst` is an in-memory pipe,
+ * that pipe's reader until it consumed it or was freed (the loop cannot
+ * tell: perch_loop_free does not wait for lent buffers).
  *
  * Returns 0; -EINVAL for NULLs or an advance perch_conn_advance refuses;
  * -EBUSY while `src` has a read parked or `dst` a flush in progress;

@@ -131,7 +131,9 @@ PERCH_API bool perch_loop_is_current(const struct perch_loop *loop);
  * last completions (a few seconds at most), then frees the loop. Call it
  * on the thread that ran the loop (any thread if it never ran), after
  * perch_loop_run returned, and after releasing every connection (their
- * buffers belong to the loop). NULL is ignored.
+ * buffers belong to the loop) and every buffer forwarded from them has
+ * come back (perch_conn_forward: a send completed, an in-memory pipe's
+ * reader consumed it or was freed). NULL is ignored.
  */
 PERCH_API void perch_loop_free(struct perch_loop *loop);
 
