@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdio.h>
@@ -335,13 +336,41 @@ static inline void counted_flush_done(struct perch_flush_listener *l, struct per
 
 /* ---- plain sockets and descriptors ---- */
 
+/*
+ * connect(2) to 127.0.0.1:port on a blocking socket. A connect a signal
+ * interrupts (EINTR: the handshake goes on in the kernel; a CI run saw one
+ * while the SYN waited on a full backlog) is waited out, as POSIX says:
+ * until writable, then its SO_ERROR. Returns 0, or -1 with errno set.
+ */
+static inline int lu_connect_fd(int fd, int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
+		return 0;
+	if (errno != EINTR)
+		return -1;
+	struct pollfd p = { .fd = fd, .events = POLLOUT };
+	int rc;
+	while ((rc = poll(&p, 1, LU_TIMEOUT_MS)) < 0 && errno == EINTR)
+		;
+	if (rc == 0)
+		errno = ETIMEDOUT;
+	if (rc <= 0)
+		return -1;
+	int err = 0;
+	socklen_t len = sizeof(err);
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+		return -1;
+	errno = err;
+	return err == 0 ? 0 : -1;
+}
+
 /* A blocking client socket connected to 127.0.0.1:port, or -1. */
 static inline int lu_plain_connect(int port)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+	if (lu_connect_fd(fd, port) != 0) {
 		close(fd);
 		return -1;
 	}

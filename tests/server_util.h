@@ -30,14 +30,12 @@ static inline int su_connect_rcvbuf(int port, int rcvbuf)
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (rcvbuf)
 		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
 	struct timeval tv = { .tv_sec = SU_TIMEOUT_S };
 	int one = 1;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+	if (lu_connect_fd(fd, port) != 0) {
 		/* Said, so that a failed run shows why (a refusal, or no local port left). */
 		fprintf(stderr, "su_connect to 127.0.0.1:%d: %s\n", port, strerror(errno));
 		close(fd);

@@ -402,7 +402,7 @@ static void write_a_burst(void *arg)
 {
 	struct pooled *p = arg;
 	static uint8_t block[PERCH__TXBUF_CAP];
-	for (int i = 0; i < POOL_BURST && p->write_rc == 0; i++)
+	for (unsigned i = 0; i < POOL_BURST && p->write_rc == 0; i++)
 		p->write_rc = perch_conn_write(p->k.c, block, sizeof(block));
 	p->flush_rc = perch_conn_flush(p->k.c, &p->h);
 }
