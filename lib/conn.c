@@ -27,6 +27,12 @@ static bool tx_is_closed(const struct perch_conn *c)
 	return (rx_flags(c) & (PERCH__RX_CLOSED | PERCH__RX_ERROR)) != 0;
 }
 
+/* Closed, or shut by its writer: nothing more may be staged (the writer's own calls). */
+static bool tx_is_ended(const struct perch_conn *c)
+{
+	return c->tx_shut || tx_is_closed(c);
+}
+
 /* ================= the received-segment fifo ================= */
 
 /*
@@ -672,7 +678,7 @@ int perch_conn_write(struct perch_conn *c, const void *data, size_t len)
 		return -EINVAL;
 	if (perch__load_u32(&c->flush_busy))
 		return -EBUSY;
-	if (tx_is_closed(c))
+	if (tx_is_ended(c))
 		return -EPIPE;
 	const uint8_t *p = data;
 	while (len > 0) {
@@ -699,7 +705,7 @@ int perch__conn_stage_buffer(struct perch_conn *c, size_t hint, uint8_t **buf, s
 		return -EINVAL;
 	if (perch__load_u32(&c->flush_busy))
 		return -EBUSY;
-	if (tx_is_closed(c))
+	if (tx_is_ended(c))
 		return -EPIPE;
 	size_t room = hint ? hint : 1;
 	struct perch__txbuf *b = txbuf_with_room(c, room, room);
@@ -877,7 +883,7 @@ int perch_conn_forward(struct perch_conn *src, size_t consumed, size_t examined,
 		return -EINVAL;
 	if (perch__load_u32(&dst->flush_busy))
 		return -EBUSY;
-	if (tx_is_closed(dst))
+	if (tx_is_ended(dst))
 		return -EPIPE;
 	if (!perch__cas_uptr(&src->read_waiter, PERCH__SLOT_EMPTY, PERCH__SLOT_CLAIM))
 		return -EBUSY;
@@ -949,6 +955,32 @@ int perch_conn_flush(struct perch_conn *c, struct perch_vtask_handle *task)
 		task->task = &c->flush_task;
 		task->token = (uint32_t)token;
 	}
+	return rc;
+}
+
+/*
+ * Under the flush guard no flush can stage or take bytes, and the last
+ * send has completed (the guard outlives it): the end goes after every
+ * byte sent, and a second call finds tx_shut set.
+ */
+int perch_conn_shutdown(struct perch_conn *c)
+{
+	if (!c)
+		return -EINVAL;
+	if (!c->ops->shutdown)
+		return -EOPNOTSUPP;
+	if (!perch__cas_u32(&c->flush_busy, 0, 1))
+		return -EBUSY;
+	int rc = 0;
+	if (tx_is_closed(c)) {
+		rc = -EPIPE;
+	} else if (c->staged_len) {
+		rc = -EBUSY;
+	} else if (!c->tx_shut) {
+		c->tx_shut = true;
+		c->ops->shutdown(c);
+	}
+	perch__store_u32(&c->flush_busy, 0);
 	return rc;
 }
 

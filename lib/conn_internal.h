@@ -45,6 +45,11 @@ struct perch__transport_ops {
 	void (*release_seg)(struct perch_seg *seg);
 	/* The connection was closed: cancel in-flight work (its completions still come). */
 	void (*close)(struct perch_conn *c);
+	/*
+	 * Optional: end the write side after what was sent (perch_conn_shutdown;
+	 * no send is in flight). Any thread; at most once; may come after close.
+	 */
+	void (*shutdown)(struct perch_conn *c);
 	/* Last reference gone; optional. The core frees `c` after it returns. */
 	void (*destroy)(struct perch_conn *c);
 	/*
@@ -107,6 +112,7 @@ struct perch_conn {
 	struct perch__txbuf *staged_head;
 	struct perch__txbuf *staged_tail;
 	size_t staged_len;
+	bool tx_shut;                  /* perch_conn_shutdown ended the write side */
 
 	/* ---- lifecycle ---- */
 	uint32_t refs;

@@ -629,6 +629,42 @@ static bool op_txbuf_put(struct perch_conn *c, struct perch__txbuf *b)
 	return true;
 }
 
+/*
+ * On the loop thread only, where the fd cannot be closed under the call:
+ * a socket already closing keeps its close's cancel. An error (the peer
+ * reset) is the reader's to see, from its receive.
+ */
+static void shutdown_write(struct perch__sock *s)
+{
+	if (s->closing) {
+		perch__store_u32(&s->shut, PERCH__SHUT_SKIPPED_CLOSING);
+		return;
+	}
+	int rc = shutdown(s->fd, SHUT_WR);
+	perch__store_u32(&s->shut, rc == 0 ? PERCH__SHUT_DONE : PERCH__SHUT_FAILED);
+}
+
+static void run_posted_shutdown(struct perch_loop *loop, struct perch__msg *m)
+{
+	struct perch__sock *s = (struct perch__sock *)((char *)m - offsetof(struct perch__sock, shutdown_msg));
+	struct perch_conn *c = s->conn;
+	shutdown_write(s);
+	perch__conn_unref(c); /* taken in op_shutdown; may free s */
+}
+
+/* The core calls it once per connection, with no send in flight: nothing is queued before the FIN. */
+static void op_shutdown(struct perch_conn *c)
+{
+	struct perch__sock *s = c->transport;
+	if (perch_loop_is_current(s->loop)) {
+		shutdown_write(s);
+		return;
+	}
+	perch__conn_ref(c);
+	s->shutdown_msg.run = run_posted_shutdown;
+	inbox_push(s->loop, &s->shutdown_msg);
+}
+
 static void free_txbuf_pool(struct perch_loop *loop)
 {
 	perch__conn_free_chain(loop->txbuf_pool);
@@ -640,6 +676,7 @@ static const struct perch__transport_ops loop_conn_ops = {
 	.send = op_send,
 	.release_seg = op_release_seg,
 	.close = op_close,
+	.shutdown = op_shutdown,
 	.destroy = op_destroy,
 	.txbuf_get = op_txbuf_get,
 	.txbuf_put = op_txbuf_put,

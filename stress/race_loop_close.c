@@ -46,6 +46,7 @@ struct lc_state {
 	uint64_t rounds[POOL];
 	bool flush_race;
 	bool pipe_race;                /* the round reads or flushes through a pipe adapter */
+	bool shut_race;                /* the round shuts the write side down */
 	struct perch_pipe_reader *preaders[POOL];
 	struct perch_pipe_writer *pwriters[POOL];
 	struct perch_vtask_handle tasks[POOL];
@@ -199,6 +200,36 @@ static void lc_setup_pipe_writer(void *p, uint64_t round)
 		abort();
 }
 
+static void lc_setup_shut(void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	lc_setup(p, round);
+	s->shut_race = true;
+}
+
+static void shutdown_off_loop(void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	s->rc = perch_conn_shutdown(s->c);
+}
+
+static void close_fn(void *c)
+{
+	perch_conn_close(c);
+}
+
+/*
+ * The close runs on the loop, where a posted shutdown may find the socket
+ * closing: the window is the loop's wake, not the few instructions between
+ * the core's check and its post.
+ */
+static void close_on_loop(void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	if (perch_loop_post(s->l.loop, close_fn, s->c) != 0)
+		abort();
+}
+
 static void pipe_read_off_loop(void *p, uint64_t round)
 {
 	struct lc_state *s = p;
@@ -285,6 +316,29 @@ static bool judge_pipe_late(struct race *r, struct lc_state *s, uint32_t i)
 	return true;
 }
 
+/*
+ * Once the loop is done (the posted shutdown's reference came back, so it
+ * ran): a refused shutdown never reached the loop; an accepted one shut the
+ * socket before the close, or found it closing and left it to the close.
+ * Never a shutdown of an fd the close may have closed.
+ */
+static bool judge_shut_late(struct race *r, struct lc_state *s, uint32_t i)
+{
+	uint64_t round = s->rounds[i];
+	uint32_t shut = perch__load_u32(&((struct perch__sock *)s->pool[i]->transport)->shut);
+	if (s->rcs[i] == -EPIPE) {
+		if (shut != PERCH__SHUT_NONE)
+			race_fail(r, round, "refused with -EPIPE, yet the loop ran it (%u)", shut);
+		return true;
+	}
+	if (shut == PERCH__SHUT_DONE || shut == PERCH__SHUT_SKIPPED_CLOSING)
+		race_branch(r, shut == PERCH__SHUT_DONE ? 1 : 2);
+	else
+		race_fail(r, round, "an accepted shutdown %s", shut == PERCH__SHUT_NONE ?
+			  "never ran on the loop" : "ran on a socket the close had closed");
+	return true;
+}
+
 /* Once the loop is done: still exactly one delivery; a read sees only "closed". */
 static bool judge_late(struct race *r, struct lc_state *s, uint32_t i)
 {
@@ -295,6 +349,8 @@ static bool judge_late(struct race *r, struct lc_state *s, uint32_t i)
 	uint32_t users = 1 + (s->preaders[i] != NULL) + (s->pwriters[i] != NULL);
 	if (!loop_finished(r, s->pool[i], users, round))
 		return false;
+	if (s->shut_race)
+		return judge_shut_late(r, s, i);
 	if (s->pipe_race)
 		return judge_pipe_late(r, s, i);
 	if (s->flush_race) {
@@ -446,6 +502,31 @@ static bool judge_pipe_flush_once(struct race *r, struct lc_state *s, uint64_t r
 	}
 	return true;
 }
+
+static bool judge_shutdown_vs_close(struct race *r, void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	s->race = r;
+	s->rcs[s->at] = s->rc;
+	if (s->rc == -EPIPE) {
+		race_branch(r, 0);
+		return true;
+	}
+	if (s->rc != 0) {
+		race_fail(r, round, "shutdown returned %d", s->rc);
+		return false;
+	}
+	return true;
+}
+
+const struct race_def race_loop_shutdown_vs_close = {
+	.name = "loop_close: an off-loop shutdown races a close on the loop; never a shutdown after it",
+	.actors = 2, .create = lc_create, .destroy = lc_destroy, .setup = lc_setup_shut,
+	.actor = { shutdown_off_loop, close_on_loop }, .judge = judge_shutdown_vs_close,
+	.branch_names = { "refused at once (-EPIPE)", "shut before the close",
+			  "posted, found the socket closing" },
+	.window_branch = 3,
+};
 
 const struct race_def race_loop_pipe_read_vs_close = {
 	.name = "loop_close: a pipe read off the loop races close, completes, says closed",

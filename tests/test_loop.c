@@ -1252,6 +1252,63 @@ static void forwarded_bytes_cross_loops_and_outlive_their_connection(void **stat
 	stream_close(&dst);
 }
 
+/* ---- half-close: the write side ends, reading goes on ---- */
+
+struct shut_call {
+	struct perch_conn *c;
+	int rc;
+};
+
+static void shut_on_loop(void *arg)
+{
+	struct shut_call *k = arg;
+	k->rc = perch_conn_shutdown(k->c);
+}
+
+/*
+ * The peer reads every flushed byte, then end-of-stream, and can still
+ * write: its bytes and its own end reach the reader. `on_loop`: the
+ * shutdown is made on the loop thread (at once); else from the test
+ * thread (posted to the loop).
+ */
+static void shutdown_then_read_both_ways(bool on_loop)
+{
+	enum { R = 32 * 1024 };
+	struct stream st;
+	stream_open(&st, 256 * 1024, NULL, 0, 0);
+	uint8_t *reply = malloc(R), *got = malloc(R), byte;
+	lu_fill(reply, R);
+	assert_int_equal(perch_conn_write(st.k.c, reply, R), 0);
+	assert_int_equal(lu_flush(st.k.c), 0);
+	struct shut_call k = { .c = st.k.c, .rc = 1 };
+	if (on_loop)
+		assert_int_equal(lu_on_loop(&st.l, shut_on_loop, &k), 0);
+	else
+		shut_on_loop(&k);
+	assert_int_equal(k.rc, 0);
+	assert_int_equal(perch_conn_write(st.k.c, "x", 1), -EPIPE);
+	struct timeval tv = { .tv_sec = LU_TIMEOUT_MS / 1000 };
+	assert_int_equal(setsockopt(st.w.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+	assert_true(lu_read_all(st.w.fd, got, R));
+	assert_memory_equal(got, reply, R);
+	assert_int_equal(read(st.w.fd, &byte, 1), 0); /* the end, after the last byte */
+	stream_write(&st);
+	assert_true(stream_read_all(&st).completed);
+	stream_close(&st);
+	free(reply);
+	free(got);
+}
+
+static void shutdown_from_another_thread_sends_the_end_after_the_flushed_bytes(void **state)
+{
+	shutdown_then_read_both_ways(false);
+}
+
+static void shutdown_on_the_loop_thread_sends_the_end_after_the_flushed_bytes(void **state)
+{
+	shutdown_then_read_both_ways(true);
+}
+
 static void bad_arguments_return_einval(void **state)
 {
 	struct perch_loop *loop;
@@ -1438,6 +1495,8 @@ int main(void)
 		cmocka_unit_test(staging_dropped_off_the_loop_thread_is_freed_not_pooled),
 		cmocka_unit_test(staging_on_the_loop_thread_gives_the_room_asked_and_a_big_write_its_own_buffer),
 		cmocka_unit_test(forwarded_bytes_cross_loops_and_outlive_their_connection),
+		cmocka_unit_test(shutdown_from_another_thread_sends_the_end_after_the_flushed_bytes),
+		cmocka_unit_test(shutdown_on_the_loop_thread_sends_the_end_after_the_flushed_bytes),
 		cmocka_unit_test(bad_arguments_return_einval),
 		cmocka_unit_test(backend_option_and_environment_pick_the_backend),
 		cmocka_unit_test(io_uring_refused_fails_an_explicit_uring_loop_with_one_clear_line),

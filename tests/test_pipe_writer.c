@@ -133,6 +133,27 @@ static void close_fails_the_parked_flush_and_later_writes(void **state)
 	assert_int_equal(perch_pipe_write(w, "b", 1), -EPIPE);
 }
 
+/* What a proxy does when its source completed: the end goes on once the last flush is done. */
+static void shutdown_after_the_writers_last_flush_refuses_later_writes(void **state)
+{
+	struct perch_pipe_writer *w = writer_of(state);
+	struct perch_vtask_handle h;
+	uint8_t *buf;
+	size_t len;
+	assert_int_equal(perch_pipe_write(w, "bye", 3), 0);
+	assert_int_equal(perch_conn_shutdown(conn_of(state)), -EBUSY); /* staged, not yet flushed */
+	assert_int_equal(perch_pipe_flush(w, &h), PERCH_PENDING);
+	assert_int_equal(perch_conn_shutdown(conn_of(state)), -EBUSY); /* the kernel holds it */
+	fake_send_done(conn_of(state), 0);
+	assert_int_equal(perch_vtask_status(h), 0);
+	assert_int_equal(perch_conn_shutdown(conn_of(state)), 0);
+	assert_int_equal(transport_of(state)->shutdowns, 1);
+	assert_int_equal(perch_pipe_write(w, "more", 4), -EPIPE);
+	assert_int_equal(perch_pipe_get_buffer(w, 8, &buf, &len), -EPIPE);
+	assert_int_equal(perch_pipe_flush(w, &h), 0); /* nothing staged */
+	assert_int_equal(transport_of(state)->sends, 1);
+}
+
 static void send_error_fails_the_parked_flush(void **state)
 {
 	struct perch_pipe_writer *w = writer_of(state);
@@ -370,6 +391,7 @@ int main(void)
 		PIPE_TEST(flush_after_the_peer_closed_leaves_the_kernels_flush_to_complete),
 		PIPE_TEST(writing_while_a_flush_is_in_progress_is_refused_not_corrupted),
 		PIPE_TEST(close_fails_the_parked_flush_and_later_writes),
+		PIPE_TEST(shutdown_after_the_writers_last_flush_refuses_later_writes),
 		PIPE_TEST(send_error_fails_the_parked_flush),
 		PIPE_TEST(cancel_completes_the_parked_flush_or_marks_the_next_and_loses_nothing),
 		PIPE_TEST(a_flush_refused_while_one_waits_leaves_a_cancels_mark_to_the_waiting_one),

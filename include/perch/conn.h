@@ -188,6 +188,20 @@ PERCH_API int perch_conn_try_flush_or_park(struct perch_conn *c,
  */
 PERCH_API int perch_conn_flush(struct perch_conn *c, struct perch_vtask_handle *task);
 
+/*
+ * Ends the write side: the peer reads every byte flushed so far, then the
+ * end of the stream (a TCP FIN), while reading goes on both ways; a proxy
+ * passes one side's end on to the other with it. Call it as the writer,
+ * once the last flush completed: -EBUSY while a flush is in progress or
+ * bytes are staged (flush them first; nothing changes). Returns 0, also
+ * when already shut; -EPIPE when closed; -EOPNOTSUPP for a connection
+ * that has no write side of its own (an in-memory pipe's: complete its
+ * writer instead); -EINVAL for NULL. Afterwards writes, forwards to it and
+ * stage calls return -EPIPE; the connection must still be closed or
+ * released.
+ */
+PERCH_API int perch_conn_shutdown(struct perch_conn *c);
+
 /* ---- Lifecycle, any thread. ---- */
 
 /*
