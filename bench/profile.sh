@@ -4,7 +4,7 @@ set -euo pipefail
 
 usage() {
 	cat >&2 <<'EOF'
-usage: bench/profile.sh [-d SECS] [-b BUILDDIR] [-o OUTDIR] [-m perf|syscalls|strace|all] [-s SERVER] LOAD...
+usage: bench/profile.sh [-d SECS] [-b BUILDDIR] [-o OUTDIR] [-m perf|syscalls|strace|ops|all] [-q PERCENT] [-s SERVER] LOAD...
 
 Loads (loopback only; each client stops by itself, every tool runs under a timeout):
   echo-pingpong   bench/echo_client --mode pingpong, 50 connections x 64 B
@@ -34,8 +34,17 @@ the server at full speed; counts do not depend on how loaded the machine is, onl
 many requests a loop turn batches.
 -m strace: strace -c -f, as a cross-check: ptrace slows the server, so its turns batch more
 requests and per-request counts of per-turn syscalls read lower than untraced.
--m all: one run of each (separate server starts: the tracers would distort each other).
+-m ops: perf record of the io_uring:io_uring_submit_req and tcp:tcp_probe tracepoints in the
+server's context: io_uring submissions per request by opcode (SEND, SENDMSG, RECV...), and the
+TCP segments the kernel received while running on the server's behalf, split by whose socket
+took them: the server's own (loopback data from the client, processed when the server released
+its socket) or the client's (the server's sends delivered, with the client's wakeup, on the
+server's CPU). The tracing slows the server: read ratios between servers, not absolute counts.
+-m all: one run of each of perf, syscalls and strace (separate server starts: the tracers
+would distort each other).
 
+-q PERCENT runs the server under a CPU quota of PERCENT% of one CPU, as run.sh -q does
+(bench/quota.sh; root), to profile it in the server-bound regime.
 Options: -d seconds a load (SECS, 3), -b the build dir (BUILD, build), -o where each load's
 report goes (OUT, a temp dir that is printed), SERVER_CPU (0) and CLIENT_CPU (1) pin as in
 run.sh, PERF_FREQ (1999) is the sampling rate, TOP (20) the functions listed.
@@ -58,16 +67,24 @@ RESP_TESTS=${RESP_TESTS:-ping_mbulk,set,get} RESP_N1=${RESP_N1:-100000} RESP_N16
 PERF_FREQ=${PERF_FREQ:-1999}
 TOP=${TOP:-20}
 
-while getopts "d:b:o:m:s:h" opt; do
+QUOTA=""
+QUOTA_PERIOD_US=${QUOTA_PERIOD_US:-5000}
+QUOTA_CGROUP=${QUOTA_CGROUP:-auto}
+# shellcheck source=bench/quota.sh
+. "$ROOT/bench/quota.sh"
+
+while getopts "d:b:o:m:s:q:h" opt; do
 	case $opt in
 	m) MODE=$OPTARG ;;
+	q) QUOTA=$OPTARG ;;
 	s) SERVER=$OPTARG ;;
 	*) common_opt "$opt" "${OPTARG:-}" || usage ;;
 	esac
 done
 shift $((OPTIND - 1))
 (($#)) || usage
-[[ $MODE =~ ^(perf|syscalls|strace|all)$ ]] || { echo "profile.sh: -m takes perf, syscalls, strace or all" >&2; usage; }
+[[ $MODE =~ ^(perf|syscalls|strace|ops|all)$ ]] || { echo "profile.sh: -m takes perf, syscalls, strace, ops or all" >&2; usage; }
+[[ -z $QUOTA || $QUOTA =~ ^[0-9]+$ ]] || { echo "profile.sh: -q takes a whole percent" >&2; usage; }
 [[ $SECS =~ ^[0-9]+$ ]] || { echo "profile.sh: -d takes whole seconds" >&2; usage; }
 BUILD=$(readlink -f "$BUILD")
 server_defaults
@@ -89,6 +106,7 @@ stop_tracer() {
 cleanup() {
 	stop_tracer
 	stop_server
+	quota_teardown
 	[[ $OUT == "$TMP"/* ]] || rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -272,6 +290,32 @@ profile_syscalls() { # load port cmd
 	} >"$report"
 	sed 's/^/  /' "$report"
 }
+
+# Submissions by opcode and received TCP segments by socket, in the server's context, per request.
+profile_ops() { # load port cmd
+	local data=$TMP/$1-$SERVER.ops.data report=$OUT/$1-$SERVER.ops.txt res req
+	start_tracer timeout $((SECS + 90)) perf record -q -o "$data" -e io_uring:io_uring_submit_req \
+		-e tcp:tcp_probe -p "$(server_pids)"
+	res=$(run_client "$1" "$2")
+	stop_tracer
+	read -r req _ _ _ <<<"$res"
+	{
+		echo "# $1 on $SERVER ($3)${QUOTA:+, under a quota of $QUOTA% of a CPU}: perf record -e io_uring:io_uring_submit_req -e tcp:tcp_probe, $req requests"
+		perf script -i "$data" 2>/dev/null | awk -v n="$req" -v port="$2" '
+			/io_uring_submit_req:/ { for (i = 1; i < NF; i++) if ($i == "opcode") { op = $(i + 1); sub(/,$/, "", op); ops[op]++ } }
+			/tcp_probe:/ { for (i = 1; i < NF; i++) if ($i ~ /^src=/) { side = ($i ~ (":" port "$")) ? "the server'"'"'s socket" : "the client'"'"'s socket"; seg[side]++ } }
+			END {
+				for (op in ops) printf "submitted %-12s %10d %8.4f per request\n", op, ops[op], n ? ops[op] / n : 0
+				for (s in seg) printf "segments received by %-20s %10d %8.4f per request\n", s, seg[s], n ? seg[s] / n : 0
+			}' | sort
+	} >"$report"
+	sed 's/^/  /' "$report"
+}
+
+if [[ -n $QUOTA ]]; then
+	quota_setup "$QUOTA" "$QUOTA_PERIOD_US" "$QUOTA_CGROUP"
+	echo "profile.sh: the server runs under a CPU quota of $QUOTA% of one CPU ($QUOTA_HOW)"
+fi
 
 for load in "$@"; do
 	cmd=$(server_cmd "$load")

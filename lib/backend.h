@@ -76,6 +76,9 @@ struct perch__sock {
 	void *accept_arg;
 	struct perch_conn_opts accept_opts;
 	int port;
+	bool accept_paused;          /* out of fds: on loop->accept_paused until one is freed */
+	bool accept_logged;          /* this run of failures was logged; cleared by an accept */
+	struct perch__sock *accept_paused_next;
 	struct perch__msg listen_msg;
 
 	/* ---- the backend's per-socket state ---- */
@@ -113,6 +116,12 @@ struct perch__backend {
 	int (*poll)(struct perch_loop *loop, int timeout_ms);
 	/* Starts accepting on s->fd: each new fd goes to perch__loop_accepted. */
 	void (*accept)(struct perch__sock *s);
+	/*
+	 * Stops accepting until accept() is called again (s->accept_paused is
+	 * set): called from inside perch__loop_accepted's failure, so a backend
+	 * whose accept ended with that failure has nothing to stop.
+	 */
+	void (*accept_pause)(struct perch__sock *s);
 	/* Starts connecting s->fd to s->peer; the result goes to perch__loop_connected. */
 	void (*connect)(struct perch__sock *s);
 	/* (Re)starts receiving: segments to perch__loop_received, the end to perch__loop_recv_ended. */
@@ -137,6 +146,7 @@ struct perch__backend {
  */
 
 #define PERCH__TXBUF_POOL_MAX 256u  /* staging buffers a loop keeps: 1 MiB */
+#define PERCH__ACCEPT_RETRY_MS 100  /* a listener paused for want of fds tries again after this */
 
 struct perch_loop {
 	/* ---- any thread ---- */
@@ -159,9 +169,13 @@ struct perch_loop {
 	const char *be_refused_at;   /* set by a failed init: the call the kernel refused */
 	struct perch__txbuf *txbuf_pool; /* spent staging buffers, lent to the next writes */
 	uint32_t txbuf_pooled;       /* at most PERCH__TXBUF_POOL_MAX */
+	struct perch__sock *accept_paused; /* listeners out of fds, resumed when a socket closes */
+	double accept_paused_at_ms;        /* when the first of them paused (CLOCK_MONOTONIC) */
 	struct {
 		uint64_t enobufs_parks;   /* recvs parked for want of buffers */
 		uint64_t recv_pauses;     /* backpressure pauses */
+		uint64_t accept_errors;   /* failed accepts, every one */
+		uint64_t accept_pauses;   /* listeners paused for want of fds or memory */
 		/* epoll: read turns (one per connection per readiness event), those that hit the budget */
 		uint64_t read_turns, read_yields;
 		uint64_t turn_bytes_max;  /* epoll: the most bytes one turn read */
@@ -185,7 +199,12 @@ bool perch__park_remove(struct perch__park_list *l, struct perch__sock *s);
 struct perch__sock *perch__loop_sock(struct perch_loop *loop, uint32_t slot, uint32_t gen);
 /* The wake eventfd was readable: runs posted work. */
 void perch__loop_woken(struct perch_loop *loop);
-/* A listener accepted `fd` (or failed with -errno: logged, accepting continues). */
+/*
+ * A listener accepted `fd`, or failed with -errno: logged once per run of
+ * failures; for want of fds or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM)
+ * the listener pauses until a socket of the loop closes or
+ * PERCH__ACCEPT_RETRY_MS pass, else accepting continues.
+ */
 void perch__loop_accepted(struct perch__sock *ls, int fd);
 /* The connect finished with `res` (0 or -errno). */
 void perch__loop_connected(struct perch__sock *s, int res);

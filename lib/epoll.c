@@ -58,8 +58,8 @@ static bool reading(const struct perch__sock *s)
  */
 static uint32_t interest(const struct perch__sock *s)
 {
-	if (s->kind == PERCH__SOCK_LISTENER)
-		return EPOLLIN; /* level-triggered: a batch of accepts per turn, the rest next turn */
+	if (s->kind == PERCH__SOCK_LISTENER) /* level-triggered: a batch of accepts per turn, the rest next turn */
+		return s->accept_paused ? 0 : EPOLLIN;
 	uint32_t ev = EPOLLET;
 	if (s->bk_flags & F_CONNECTING)
 		return ev | EPOLLOUT;
@@ -295,6 +295,12 @@ static void epoll_accept(struct perch__sock *ls)
 		rc = set_interest(e, ls);
 	if (rc != 0)
 		perch__loop_accepted(ls, rc); /* logged; the listener accepts nothing */
+}
+
+/* Out of fds: the listener stays readable, so it leaves the interest set until resumed. */
+static void epoll_accept_pause(struct perch__sock *ls)
+{
+	set_interest(ep_of(ls->loop), ls);
 }
 
 static void epoll_connect(struct perch__sock *s)
@@ -554,6 +560,7 @@ const struct perch__backend perch__epoll_backend = {
 	.destroy = epoll_destroy,
 	.poll = epoll_poll,
 	.accept = epoll_accept,
+	.accept_pause = epoll_accept_pause,
 	.connect = epoll_connect,
 	.recv_arm = epoll_recv_arm,
 	.recv_pause = epoll_recv_pause,

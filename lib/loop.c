@@ -331,11 +331,84 @@ static struct perch__sock *conn_sock_new(struct perch_loop *loop, int fd,
 	return s;
 }
 
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* ================= accepting without fds: pause, and resume when one is freed ================= */
+
+/* Failures that only end when an fd or memory is freed: retrying at once would spin. */
+static bool accept_starved(int err)
+{
+	return err == -EMFILE || err == -ENFILE || err == -ENOBUFS || err == -ENOMEM;
+}
+
+/* A socket closed (an fd is free) or the retry time passed: every paused listener tries again. */
+static void resume_accepting(struct perch_loop *loop)
+{
+	struct perch__sock *ls = loop->accept_paused;
+	loop->accept_paused = NULL;
+	while (ls) {
+		struct perch__sock *next = ls->accept_paused_next;
+		ls->accept_paused = false;
+		ls->accept_paused_next = NULL;
+		if (!ls->closing)
+			loop->be->accept(ls);
+		ls = next;
+	}
+}
+
+static void pause_accepting(struct perch__sock *ls)
+{
+	struct perch_loop *loop = ls->loop;
+	if (ls->accept_paused)
+		return;
+	if (!loop->accept_paused)
+		loop->accept_paused_at_ms = now_ms();
+	ls->accept_paused = true;
+	ls->accept_paused_next = loop->accept_paused;
+	loop->accept_paused = ls;
+	loop->stats.accept_pauses++;
+	loop->be->accept_pause(ls);
+}
+
+/* A closing listener leaves the paused list: its memory goes with the close. */
+static void unlist_paused(struct perch__sock *ls)
+{
+	struct perch__sock **p = &ls->loop->accept_paused;
+	while (*p && *p != ls)
+		p = &(*p)->accept_paused_next;
+	if (*p)
+		*p = ls->accept_paused_next;
+	ls->accept_paused = false;
+}
+
+/* How long a turn may sleep: a paused listener's retry time bounds it. */
+static int turn_timeout(struct perch_loop *loop, int timeout_ms)
+{
+	if (!loop->accept_paused)
+		return timeout_ms;
+	double left = loop->accept_paused_at_ms + PERCH__ACCEPT_RETRY_MS - now_ms();
+	int retry_ms = left > 0 ? (int)left + 1 : 0;
+	return timeout_ms < 0 || retry_ms < timeout_ms ? retry_ms : timeout_ms;
+}
+
+static void retry_paused_accepts(struct perch_loop *loop)
+{
+	if (loop->accept_paused && now_ms() >= loop->accept_paused_at_ms + PERCH__ACCEPT_RETRY_MS)
+		resume_accepting(loop);
+}
+
 static void start_close(struct perch__sock *s)
 {
 	if (s->closing)
 		return;
 	s->closing = true;
+	if (s->accept_paused)
+		unlist_paused(s);
 	if (!s->in_table) {
 		/* Never reached the backend: nothing in flight. */
 		close(s->fd);
@@ -349,6 +422,9 @@ static void start_close(struct perch__sock *s)
 void perch__loop_sock_closed(struct perch__sock *s)
 {
 	table_remove(s->loop, s);
+	/* Its fd is closed: a listener paused for want of one may have it. */
+	if (s->loop->accept_paused)
+		resume_accepting(s->loop);
 	if (s->kind == PERCH__SOCK_LISTENER) {
 		free(s);
 		return;
@@ -690,12 +766,26 @@ static void set_nodelay(int fd)
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+/* One line per run of failures, not one per retry. */
+static void accept_failed(struct perch__sock *ls, int err)
+{
+	ls->loop->stats.accept_errors++;
+	bool starved = accept_starved(err) && !ls->closing;
+	if (!ls->accept_logged)
+		fprintf(stderr, "perch: accept on port %d failed: %s%s\n", ls->port, strerror(-err),
+			starved ? "; accepting paused until a socket closes" : "");
+	ls->accept_logged = true;
+	if (starved)
+		pause_accepting(ls);
+}
+
 void perch__loop_accepted(struct perch__sock *ls, int fd)
 {
 	if (fd < 0) {
-		fprintf(stderr, "perch: accept on port %d failed: %s\n", ls->port, strerror(-fd));
+		accept_failed(ls, fd);
 		return;
 	}
+	ls->accept_logged = false;
 	if (ls->closing) {
 		close(fd);
 		return;
@@ -1024,7 +1114,8 @@ int perch_loop_run_once(struct perch_loop *loop, int timeout_ms)
 	current_loop = loop;
 	int posted = drain_inbox(loop);
 	/* Posted work counts as this turn's events: do not also sleep. */
-	int rc = loop->be->poll(loop, posted ? 0 : timeout_ms);
+	int rc = loop->be->poll(loop, posted ? 0 : turn_timeout(loop, timeout_ms));
+	retry_paused_accepts(loop);
 	current_loop = prev;
 	return rc < 0 ? rc : rc + posted;
 }
@@ -1064,13 +1155,6 @@ int perch_loop_post(struct perch_loop *loop, perch_loop_fn fn, void *arg)
 	u->arg = arg;
 	inbox_push(loop, &u->m);
 	return 0;
-}
-
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 /* Closes connections through the core, so parked reads and flushes get their closed result. */

@@ -27,6 +27,7 @@ enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL,
 #define F_RECV_MS     2u   /* ... and it is multishot */
 #define F_RECV_CANCEL 4u   /* a pause's cancel for it is in flight */
 #define F_PARKED      8u   /* ENOBUFS: waits on the park list for buffers */
+#define F_ACCEPT     16u   /* a listener's multishot accept is in flight */
 
 struct uring {
 	struct io_uring ring;
@@ -348,6 +349,9 @@ static void uring_send(struct perch__sock *s)
 static void uring_accept(struct perch__sock *s)
 {
 	struct uring *u = st_of(s->loop);
+	if (s->bk_flags & F_ACCEPT)
+		return; /* still armed: a resume must not arm a second */
+	s->bk_flags |= F_ACCEPT;
 	struct io_uring_sqe *sqe = sqe_get(u);
 	io_uring_prep_multishot_accept(sqe, s->fd, NULL, NULL, SOCK_CLOEXEC);
 	io_uring_sqe_set_data64(sqe, UD(OP_ACCEPT, s));
@@ -429,10 +433,18 @@ static void on_recv(struct uring *u, struct perch__sock *s, int res, uint32_t fl
 
 static void on_accept(struct perch__sock *s, int res, bool last)
 {
+	if (last)
+		s->bk_flags &= ~F_ACCEPT;
 	if (res != -ECANCELED)
 		perch__loop_accepted(s, res);
-	if (last && !s->closing)
+	if (last && !s->closing && !s->accept_paused)
 		uring_accept(s);
+}
+
+/* A failed accept ends the multishot (on_accept then does not re-arm): nothing to stop. */
+static void uring_accept_pause(struct perch__sock *s)
+{
+	(void)s;
 }
 
 static void dispatch(struct perch_loop *loop, uint64_t ud, int res, uint32_t flags)
@@ -540,6 +552,7 @@ const struct perch__backend perch__uring_backend = {
 	.destroy = uring_destroy,
 	.poll = uring_poll,
 	.accept = uring_accept,
+	.accept_pause = uring_accept_pause,
 	.connect = uring_connect,
 	.recv_arm = uring_recv_arm,
 	.recv_pause = uring_recv_pause,

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <linux/sockios.h>
@@ -1309,6 +1310,146 @@ static void shutdown_on_the_loop_thread_sends_the_end_after_the_flushed_bytes(vo
 	shutdown_then_read_both_ways(true);
 }
 
+/* ---- accepting when fds run out ---- */
+
+#define ACCEPTED_MAX 8
+
+struct acceptor {
+	struct perch_conn *c[ACCEPTED_MAX];
+	uint32_t n;
+};
+
+static void count_accept(struct perch_listener *l, struct perch_conn *c, void *arg)
+{
+	struct acceptor *a = arg;
+	uint32_t i = perch__load_u32(&a->n);
+	if (i < ACCEPTED_MAX)
+		a->c[i] = c;
+	else
+		perch_conn_release(c);
+	perch__store_u32(&a->n, i + 1);
+}
+
+struct accept_stats {
+	struct perch_loop *loop;
+	uint64_t errors, pauses;
+};
+
+static void read_accept_stats(void *arg)
+{
+	struct accept_stats *st = arg;
+	st->errors = st->loop->stats.accept_errors;
+	st->pauses = st->loop->stats.accept_pauses;
+}
+
+static struct accept_stats accept_stats_of(struct lu_loop *l)
+{
+	struct accept_stats st = { .loop = l->loop };
+	assert_int_equal(lu_on_loop(l, read_accept_stats, &st), 0);
+	return st;
+}
+
+/* The test lowers RLIMIT_NOFILE; whatever happens, the next test gets it back. */
+static struct rlimit saved_nofile;
+
+static int restore_nofile(void **state)
+{
+	setrlimit(RLIMIT_NOFILE, &saved_nofile);
+	return 0;
+}
+
+/* Lowers RLIMIT_NOFILE so that exactly `free` more fd numbers can be opened (saved_nofile keeps the old). */
+static void leave_fds_free(int free)
+{
+	int lowest_free = dup(0);
+	assert_true(lowest_free >= 0);
+	close(lowest_free);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &saved_nofile), 0);
+	struct rlimit low = { (rlim_t)(lowest_free + free), saved_nofile.rlim_max };
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+}
+
+static struct accept_stats wait_for_a_pause(struct lu_loop *l)
+{
+	struct accept_stats st = accept_stats_of(l);
+	for (int i = 0; i < LU_TIMEOUT_MS && st.pauses == 0; i++) {
+		usleep(1000);
+		st = accept_stats_of(l);
+	}
+	assert_true(st.pauses >= 1);
+	return st;
+}
+
+/*
+ * Out of fds, a listener's accept fails with EMFILE until one is freed.
+ * Retrying at once would spin (a multishot accept re-armed every
+ * completion, a level-triggered listener every turn): the listener pauses
+ * instead, and resumes when a socket of the loop closes, or to try again
+ * every PERCH__ACCEPT_RETRY_MS. No client is lost: each is accepted once an
+ * fd is there. (io_uring reads the limit when an accept is submitted, so
+ * the listener is made after the limit is lowered: its socket takes the
+ * last free fd.)
+ */
+static void accepting_pauses_when_fds_run_out_and_resumes_when_one_is_freed(void **state)
+{
+	enum { CLIENTS = 4 };
+	struct lu_loop l;
+	struct acceptor a = { .n = 0 };
+	struct perch_listener *spare, *ls;
+	int fds[CLIENTS];
+	assert_int_equal(lu_start(&l, NULL), 0);
+	assert_int_equal(perch_listen(l.loop, "127.0.0.1", 0, NULL, count_accept, &a, &spare), 0);
+	for (int i = 0; i < CLIENTS; i++)
+		assert_true((fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0);
+	leave_fds_free(1);
+	assert_int_equal(perch_listen(l.loop, "127.0.0.1", 0, NULL, count_accept, &a, &ls), 0);
+	for (int i = 0; i < CLIENTS; i++)
+		assert_int_equal(lu_connect_fd(fds[i], perch_listener_port(ls)), 0); /* the backlog takes them */
+	struct accept_stats st = wait_for_a_pause(&l);
+	/* Paused, not spinning: in 300 ms at most a retry per 100 ms (a spin makes thousands). */
+	usleep(300 * 1000);
+	struct accept_stats later = accept_stats_of(&l);
+	assert_in_range(later.errors - st.errors, 0, 10);
+	assert_int_equal(perch__load_u32(&a.n), 0);
+	/* A socket of the loop closes: its fd is free, and one waiting client gets it. */
+	perch_listener_close(spare);
+	assert_true(wait_u32(&a.n, 1));
+	/* Fds back: every client is accepted. */
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved_nofile), 0);
+	assert_true(wait_u32(&a.n, CLIENTS));
+	for (uint32_t i = 0; i < a.n; i++)
+		perch_conn_release(a.c[i]);
+	for (int i = 0; i < CLIENTS; i++)
+		close(fds[i]);
+	perch_listener_close(ls);
+	assert_int_equal(lu_stop(&l), 0);
+}
+
+/* A listener closed while paused leaves the paused list: a later resume must not touch it. */
+static void a_listener_closed_while_paused_is_forgotten(void **state)
+{
+	struct lu_loop l;
+	struct acceptor a = { .n = 0 };
+	struct perch_listener *ls, *other;
+	assert_int_equal(lu_start(&l, NULL), 0);
+	assert_int_equal(perch_listen(l.loop, "127.0.0.1", 0, NULL, count_accept, &a, &other), 0);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	leave_fds_free(1);
+	assert_int_equal(perch_listen(l.loop, "127.0.0.1", 0, NULL, count_accept, &a, &ls), 0);
+	assert_int_equal(lu_connect_fd(fd, perch_listener_port(ls)), 0);
+	wait_for_a_pause(&l);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved_nofile), 0);
+	perch_listener_close(ls);
+	/* The retry time passes and the other listener's socket closes: resumes that skip the closed one. */
+	usleep(2 * PERCH__ACCEPT_RETRY_MS * 1000);
+	perch_listener_close(other);
+	usleep(2 * PERCH__ACCEPT_RETRY_MS * 1000);
+	assert_int_equal(perch__load_u32(&a.n), 0);
+	close(fd);
+	assert_int_equal(lu_stop(&l), 0);
+}
+
 static void bad_arguments_return_einval(void **state)
 {
 	struct perch_loop *loop;
@@ -1497,6 +1638,9 @@ int main(void)
 		cmocka_unit_test(forwarded_bytes_cross_loops_and_outlive_their_connection),
 		cmocka_unit_test(shutdown_from_another_thread_sends_the_end_after_the_flushed_bytes),
 		cmocka_unit_test(shutdown_on_the_loop_thread_sends_the_end_after_the_flushed_bytes),
+		cmocka_unit_test_teardown(accepting_pauses_when_fds_run_out_and_resumes_when_one_is_freed,
+					  restore_nofile),
+		cmocka_unit_test_teardown(a_listener_closed_while_paused_is_forgotten, restore_nofile),
 		cmocka_unit_test(bad_arguments_return_einval),
 		cmocka_unit_test(backend_option_and_environment_pick_the_backend),
 		cmocka_unit_test(io_uring_refused_fails_an_explicit_uring_loop_with_one_clear_line),

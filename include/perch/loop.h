@@ -144,7 +144,10 @@ PERCH_API void perch_loop_free(struct perch_loop *loop);
  * and port (0: the kernel picks; see perch_listener_port), with
  * SO_REUSEPORT so several loops may share the port. Accepted connections
  * get `opts` (NULL: defaults) and are handed to on_accept on the loop
- * thread. Returns 0 with *out set (valid until perch_listener_close);
+ * thread. An accept that fails for want of fds or memory (EMFILE, ENFILE,
+ * ENOBUFS, ENOMEM) pauses the listener, with one line on stderr, until a
+ * socket of the loop closes or 100 ms pass; waiting clients stay in the
+ * kernel's backlog. Returns 0 with *out set (valid until perch_listener_close);
  * -EINVAL for a bad argument (NULL loop/on_accept/out, a host that is not
  * a numeric address, a port outside 0..65535, bad opts); bind's or
  * listen's error (-EADDRINUSE, ...); -ENOMEM.
