@@ -375,17 +375,6 @@ static void pause_accepting(struct perch__sock *ls)
 	loop->be->accept_pause(ls);
 }
 
-/* A closing listener leaves the paused list: its memory goes with the close. */
-static void unlist_paused(struct perch__sock *ls)
-{
-	struct perch__sock **p = &ls->loop->accept_paused;
-	while (*p && *p != ls)
-		p = &(*p)->accept_paused_next;
-	if (*p)
-		*p = ls->accept_paused_next;
-	ls->accept_paused = false;
-}
-
 /* How long a turn may sleep: a paused listener's retry time bounds it. */
 static int turn_timeout(struct perch_loop *loop, int timeout_ms)
 {
@@ -407,8 +396,6 @@ static void start_close(struct perch__sock *s)
 	if (s->closing)
 		return;
 	s->closing = true;
-	if (s->accept_paused)
-		unlist_paused(s);
 	if (!s->in_table) {
 		/* Never reached the backend: nothing in flight. */
 		close(s->fd);
@@ -422,7 +409,12 @@ static void start_close(struct perch__sock *s)
 void perch__loop_sock_closed(struct perch__sock *s)
 {
 	table_remove(s->loop, s);
-	/* Its fd is closed: a listener paused for want of one may have it. */
+	/*
+	 * Its fd is closed: a listener paused for want of one may have it. This
+	 * also empties the paused list before a closing listener is freed below
+	 * (resume skips it): a paused listener is in the table, so this is the
+	 * only place it is freed.
+	 */
 	if (s->loop->accept_paused)
 		resume_accepting(s->loop);
 	if (s->kind == PERCH__SOCK_LISTENER) {
