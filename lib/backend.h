@@ -38,9 +38,6 @@ struct perch__rxseg {
 
 #define PERCH__TX_IOV 64            /* iovecs per sendmsg; the rest goes in the next one */
 
-/* What a connection's shutdown did, once the loop ran it. */
-enum { PERCH__SHUT_NONE, PERCH__SHUT_DONE, PERCH__SHUT_SKIPPED_CLOSING, PERCH__SHUT_FAILED };
-
 /* A socket on the loop: a connection or a listener. Lives in the loop's table. */
 struct perch__sock {
 	struct perch_loop *loop;
@@ -63,7 +60,6 @@ struct perch__sock {
 	struct perch__txbuf *posted_chain;
 	struct perch__msg close_msg; /* ops->close from another thread */
 	struct perch__msg shutdown_msg; /* ops->shutdown from another thread */
-	uint32_t shut;               /* PERCH__SHUT_*: what ops->shutdown did (the race suite judges it) */
 	/* connect */
 	struct sockaddr_storage peer;
 	socklen_t peer_len;

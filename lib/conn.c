@@ -398,8 +398,11 @@ int perch__conn_park_flush(struct perch_conn *c, struct perch_flush_listener *li
 		perch__store_u32(&c->flush_busy, 0);
 		return 0;
 	}
-	/* 3. Closed: a send the kernel still holds keeps its own chain until it completes. */
-	if (tx_is_closed(c)) {
+	/*
+	 * 3. Closed, or shut (bytes committed after the end cannot follow it):
+	 * a send the kernel still holds keeps its own chain until it completes.
+	 */
+	if (tx_is_ended(c)) {
 		drop_staged(c);
 		perch__store_u32(&c->flush_busy, 0);
 		return -EPIPE;
@@ -721,6 +724,8 @@ int perch__conn_stage_commit(struct perch_conn *c, size_t n)
 	struct perch__txbuf *t = c->staged_tail;
 	if (perch__load_u32(&c->flush_busy))
 		return -EBUSY;
+	if (tx_is_ended(c))
+		return -EPIPE; /* a buffer lent before a shutdown: its bytes cannot follow the end */
 	if (n > (t ? t->cap - t->len : 0))
 		return -EINVAL;
 	if (n == 0)

@@ -704,12 +704,8 @@ static bool op_txbuf_put(struct perch_conn *c, struct perch__txbuf *b)
  */
 static void shutdown_write(struct perch__sock *s)
 {
-	if (s->closing) {
-		perch__store_u32(&s->shut, PERCH__SHUT_SKIPPED_CLOSING);
-		return;
-	}
-	int rc = shutdown(s->fd, SHUT_WR);
-	perch__store_u32(&s->shut, rc == 0 ? PERCH__SHUT_DONE : PERCH__SHUT_FAILED);
+	if (!s->closing)
+		shutdown(s->fd, SHUT_WR);
 }
 
 static void run_posted_shutdown(struct perch_loop *loop, struct perch__msg *m)

@@ -33,6 +33,23 @@ static void shutdown_after_the_last_flush_ends_the_write_side(void **state)
 	assert_false(perch_conn_is_closed(c));
 }
 
+/* A buffer lent before the shutdown (the pipe writer's get_buffer): its bytes cannot follow the end. */
+static void a_buffer_lent_before_the_shutdown_cannot_be_committed_after_it(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct fake_transport *t = transport_of(state);
+	struct perch_vtask_handle h;
+	uint8_t *buf;
+	size_t len;
+	assert_int_equal(perch__conn_stage_buffer(c, 8, &buf, &len), 0);
+	assert_int_equal(perch_conn_shutdown(c), 0); /* lent, nothing committed: nothing to send */
+	memcpy(buf, "late", 4);
+	assert_int_equal(perch__conn_stage_commit(c, 4), -EPIPE);
+	assert_int_equal(perch_conn_flush(c, &h), 0);
+	assert_int_equal(t->sends, 0);
+	assert_int_equal(t->shutdowns, 1);
+}
+
 static void shutdown_with_staged_bytes_is_refused_and_loses_nothing(void **state)
 {
 	struct perch_conn *c = conn_of(state);
@@ -143,6 +160,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(shutdown_after_the_last_flush_ends_the_write_side, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(
+			a_buffer_lent_before_the_shutdown_cannot_be_committed_after_it, setup, teardown),
 		cmocka_unit_test_setup_teardown(shutdown_with_staged_bytes_is_refused_and_loses_nothing,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(shutdown_while_a_flush_is_in_progress_is_refused, setup,

@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <linux/sockios.h>
+#include <signal.h>
 
 #include "loop_util.h"
 
@@ -1665,5 +1666,7 @@ int main(void)
 	const char *only = getenv("PERCH_TEST_FILTER");
 	if (only && *only)
 		cmocka_set_test_filter(only);
+	/* A plain peer writing to a socket perch reset gets EPIPE, and the test says so, not SIGPIPE. */
+	signal(SIGPIPE, SIG_IGN);
 	return cmocka_run_group_tests_name(group, tests, NULL, NULL);
 }

@@ -154,6 +154,20 @@ static void shutdown_after_the_writers_last_flush_refuses_later_writes(void **st
 	assert_int_equal(transport_of(state)->sends, 1);
 }
 
+static void an_advance_after_the_shutdown_is_refused_and_nothing_is_sent(void **state)
+{
+	struct perch_pipe_writer *w = writer_of(state);
+	struct perch_vtask_handle h;
+	uint8_t *buf;
+	size_t len;
+	assert_int_equal(perch_pipe_get_buffer(w, 8, &buf, &len), 0);
+	assert_int_equal(perch_conn_shutdown(conn_of(state)), 0);
+	memcpy(buf, "late", 4);
+	assert_int_equal(perch_pipe_advance(w, 4), -EPIPE);
+	assert_int_equal(perch_pipe_flush(w, &h), 0);
+	assert_int_equal(transport_of(state)->sends, 0);
+}
+
 static void send_error_fails_the_parked_flush(void **state)
 {
 	struct perch_pipe_writer *w = writer_of(state);
@@ -392,6 +406,7 @@ int main(void)
 		PIPE_TEST(writing_while_a_flush_is_in_progress_is_refused_not_corrupted),
 		PIPE_TEST(close_fails_the_parked_flush_and_later_writes),
 		PIPE_TEST(shutdown_after_the_writers_last_flush_refuses_later_writes),
+		PIPE_TEST(an_advance_after_the_shutdown_is_refused_and_nothing_is_sent),
 		PIPE_TEST(send_error_fails_the_parked_flush),
 		PIPE_TEST(cancel_completes_the_parked_flush_or_marks_the_next_and_loses_nothing),
 		PIPE_TEST(a_flush_refused_while_one_waits_leaves_a_cancels_mark_to_the_waiting_one),

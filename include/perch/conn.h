@@ -192,13 +192,15 @@ PERCH_API int perch_conn_flush(struct perch_conn *c, struct perch_vtask_handle *
  * Ends the write side: the peer reads every byte flushed so far, then the
  * end of the stream (a TCP FIN), while reading goes on both ways; a proxy
  * passes one side's end on to the other with it. Call it as the writer,
- * once the last flush completed: -EBUSY while a flush is in progress or
- * bytes are staged (flush them first; nothing changes). Returns 0, also
+ * once the last flush completed with 0 (after a failed one the stream is
+ * cut short: close instead): -EBUSY while the kernel holds a flush's bytes
+ * (also after a pipe flush's cancel, until its send completes) or bytes
+ * are staged (flush them first; nothing changes). Returns 0, also
  * when already shut; -EPIPE when closed; -EOPNOTSUPP for a connection
  * that has no write side of its own (an in-memory pipe's: complete its
  * writer instead); -EINVAL for NULL. Afterwards writes, forwards to it and
- * stage calls return -EPIPE; the connection must still be closed or
- * released.
+ * stage calls return -EPIPE (a buffer got before it cannot be committed
+ * after it); the connection must still be closed or released.
  */
 PERCH_API int perch_conn_shutdown(struct perch_conn *c);
 
