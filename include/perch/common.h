@@ -17,8 +17,12 @@ extern "C" {
  * overlapping read or flush; the one already parked is untouched), -EPIPE
  * (closed), -EAGAIN (nothing new to read), -ESTALE (a value-task token of
  * another version), -EALREADY (a version completed twice), -ERANGE (a
- * value-task result outside int32_t), -ENOMEM, -ETIMEDOUT. No call sets
- * errno. The few that cannot fail say what they return instead
+ * value-task result outside int32_t), -ENOMEM, -ETIMEDOUT, -ECANCELED (a
+ * parked read or flush canceled, a connect outlived by its loop),
+ * -EOPNOTSUPP (perch_conn_shutdown on a connection without a write side of
+ * its own). Results from the kernel pass through as they come: a flush's
+ * or a read's -ECONNRESET, -EPIPE or -ETIMEDOUT, a connect's -ECONNREFUSED.
+ * No call sets errno. The few that cannot fail say what they return instead
  * (perch_vtask_ready: a token, 0 for a NULL task; perch_conn_release: void;
  * perch_conn_is_closed: true for NULL).
  */

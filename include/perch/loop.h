@@ -29,7 +29,7 @@ enum perch_recv_mode {
  * refuse io_uring.
  */
 enum perch_backend {
-	PERCH_BACKEND_DEFAULT = 0, /* $PERCH_BACKEND ("uring" or "epoll") if set, else io_uring,
+	PERCH_BACKEND_DEFAULT = 0, /* $PERCH_BACKEND ("uring", "io_uring" or "epoll") if set, else io_uring,
 				    * falling back to epoll (one stderr line) when io_uring is refused */
 	PERCH_BACKEND_URING,       /* io_uring only: a refusal fails perch_loop_new */
 	PERCH_BACKEND_EPOLL,       /* epoll */
@@ -84,7 +84,7 @@ typedef void (*perch_connect_fn)(struct perch_loop *loop, struct perch_conn *c, 
  * default backend, an io_uring refused by the kernel (EPERM, ENOSYS,
  * ENOMEM) falls back to epoll with one stderr line naming the reason.
  * Returns 0 with *out set; -EINVAL for a NULL out, a bad option or a
- * PERCH_BACKEND that is neither "uring" nor "epoll"; -EPERM, -ENOSYS or
+ * PERCH_BACKEND that is none of "uring", "io_uring" and "epoll"; -EPERM, -ENOSYS or
  * -ENOMEM when io_uring was asked for explicitly (option or environment)
  * and the kernel refuses it or its memory (one stderr line names the
  * cause); epoll_create1's error; -ENOMEM.
@@ -167,10 +167,15 @@ PERCH_API int perch_listener_port(const struct perch_listener *l);
 PERCH_API int perch_listener_close(struct perch_listener *l);
 
 /*
- * Connects to host:port (numeric IPv4 or IPv6) on `loop`; on_connected
- * runs exactly once on the loop thread with the result. Returns 0 when the
- * connect started; -EINVAL for a bad argument (as perch_listen); -ENOMEM;
- * socket()'s error.
+ * Connects to host:port (numeric IPv4 or IPv6; port 1..65535) on `loop`;
+ * on_connected runs exactly once on the loop thread with the result: the
+ * connection, or NULL and the connect's error (-ECONNREFUSED, ...), or
+ * -ECANCELED from inside perch_loop_free when the loop is freed first, so
+ * keep what `arg` points to until then. There is no connect timeout nor
+ * cancel yet: the kernel's own connect timeout applies. Returns 0 when
+ * the connect started; -EINVAL for a bad argument (a NULL loop or
+ * on_connected, a host that is not a numeric address, port 0 or out of
+ * range, bad opts); -ENOMEM; socket()'s error.
  */
 PERCH_API int perch_connect(struct perch_loop *loop, const char *host, int port,
 			    const struct perch_conn_opts *opts, perch_connect_fn on_connected,
