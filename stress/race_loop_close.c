@@ -9,7 +9,10 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <arpa/inet.h>
 #include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "../tests/loop_util.h"
 #include "race_conn.h"
@@ -78,6 +81,10 @@ struct lc_state {
 	bool flush_race;
 	bool pipe_race;                /* the round reads or flushes through a pipe adapter */
 	bool shut_race;                /* the round shuts the write side down */
+	bool order_race;               /* the round flushes, and shuts down once it may */
+	int shut_rc;                   /* the shutdown's, in the order race (s->rc is the flush's) */
+	bool saw_in_flight;            /* the shutdown was refused while the kernel held the flush */
+	uint32_t peer_by_port[65536];  /* the order race's judge: peers[] index + 1 by remote port */
 	struct perch_pipe_reader *preaders[POOL];
 	struct perch_pipe_writer *pwriters[POOL];
 	struct perch_vtask_handle tasks[POOL];
@@ -88,6 +95,7 @@ struct lc_state {
 };
 
 static bool judge_late(struct race *r, struct lc_state *s, uint32_t i);
+static void map_peers(struct lc_state *s);
 
 static void lc_accept(struct perch_listener *ls, struct perch_conn *c, void *arg)
 {
@@ -126,6 +134,8 @@ static void release_peers(struct lc_state *s)
 /* The loop's part of each round of the batch: see judge_late. */
 static void judge_batch(struct lc_state *s)
 {
+	if (s->order_race && s->race)
+		map_peers(s);
 	for (uint32_t i = 0; i < s->next && s->race; i++) {
 		if (!judge_late(s->race, s, i))
 			continue; /* leaked on purpose: freeing it could race the loop */
@@ -240,6 +250,67 @@ static void lc_setup_shut(void *p, uint64_t round)
 	struct lc_state *s = p;
 	lc_setup(p, round);
 	s->shut_race = true;
+}
+
+#define ORDER_BYTES 64
+#define ORDER_SPIN_MS 2000
+
+/* Byte i of round `round`'s message: a FIN before any of them, or a byte of another round, shows. */
+static uint8_t order_byte(uint64_t round, size_t i)
+{
+	return (uint8_t)(round * 131u + i * 7u + 1u);
+}
+
+static double lc_now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static void lc_setup_order(void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	uint8_t msg[ORDER_BYTES];
+	lc_setup(p, round);
+	s->order_race = true;
+	s->shut_rc = 1;
+	s->saw_in_flight = false;
+	for (size_t i = 0; i < ORDER_BYTES; i++)
+		msg[i] = order_byte(round, i);
+	if (perch_conn_write(s->c, msg, sizeof(msg)) != 0)
+		abort();
+	/* The writer flushes, then (its next call) shuts down: the race is the loop's send against it. */
+	s->rc = perch_conn_try_flush_or_park(s->c, &s->flushers[s->at].l);
+}
+
+/* The other side of the race: the loop completing the send (it signals the flusher). */
+static void wait_for_the_send(void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	double deadline = lc_now_ms() + ORDER_SPIN_MS;
+	for (unsigned n = 0; !perch__load_u32(&s->flushers[s->at].deliveries); n++)
+		if ((n & 1023) == 1023 && lc_now_ms() > deadline)
+			break;
+}
+
+/*
+ * A proxy passing an end on as soon as it may, the writer's next call after
+ * its flush: it retries while the kernel holds the flush (-EBUSY), for at
+ * most ORDER_SPIN_MS.
+ */
+static void shutdown_once_it_may(void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	double deadline = lc_now_ms() + ORDER_SPIN_MS;
+	int rc;
+	for (unsigned n = 0; (rc = perch_conn_shutdown(s->c)) == -EBUSY; n++) {
+		if (perch__load_u32(&s->c->flush_armed))
+			s->saw_in_flight = true;
+		if ((n & 1023) == 1023 && lc_now_ms() > deadline)
+			break;
+	}
+	s->shut_rc = rc;
 }
 
 static void shutdown_off_loop(void *p, uint64_t round)
@@ -372,12 +443,74 @@ static bool judge_shut_late(struct race *r, struct lc_state *s, uint32_t i)
 	return true;
 }
 
+/* The peers of this batch by their remote port: the pool's connections' local ports. */
+static void map_peers(struct lc_state *s)
+{
+	memset(s->peer_by_port, 0, sizeof(s->peer_by_port));
+	for (uint32_t j = 0; j < perch__load_u32(&s->accepted); j++) {
+		struct sockaddr_in a;
+		socklen_t len = sizeof(a);
+		if (getpeername(lc_fd(s->peers[j]), (struct sockaddr *)&a, &len) == 0)
+			s->peer_by_port[ntohs(a.sin_port)] = j + 1;
+	}
+}
+
+static struct perch_conn *peer_of(struct lc_state *s, struct perch_conn *c)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof(a);
+	if (getsockname(lc_fd(c), (struct sockaddr *)&a, &len) != 0)
+		return NULL;
+	uint32_t j = s->peer_by_port[ntohs(a.sin_port)];
+	return j ? s->peers[j - 1] : NULL;
+}
+
+/*
+ * The peer reads the round's ORDER_BYTES bytes, in order, then the end;
+ * the flush was delivered once, with 0. Bounded: a lost FIN fails.
+ */
+static bool judge_order_late(struct race *r, struct lc_state *s, uint32_t i)
+{
+	uint64_t round = s->rounds[i];
+	struct perch_conn *peer = peer_of(s, s->pool[i]);
+	size_t got = 0;
+	bool ended = false;
+	double deadline = lc_now_ms() + FINALIZE_WAIT_MS;
+	while (peer && !ended && lc_now_ms() < deadline) {
+		struct perch_read_result res;
+		if (perch_conn_try_read(peer, &res) != 0) {
+			usleep(100);
+			continue;
+		}
+		size_t off = res.first_off, n = 0;
+		for (struct perch_seg *g = res.first; g && n < res.len; g = g->next, off = 0)
+			for (; off < g->len && n < res.len; off++, n++)
+				if (got + n >= ORDER_BYTES || g->data[off] != order_byte(round, got + n))
+					race_fail(r, round, "the peer's byte %zu is wrong", got + n);
+		got += n;
+		ended = res.completed || res.error || res.closed;
+		if (ended && (!res.completed || got != ORDER_BYTES))
+			race_fail(r, round, "the peer saw %zu bytes, then completed=%d error=%d closed=%d",
+				  got, res.completed, res.error, res.closed);
+		perch_conn_advance(peer, res.len, res.len);
+	}
+	if (!ended)
+		race_fail(r, round, "no end reached the peer (%zu bytes, peer %s)", got,
+			  peer ? "found" : "not found");
+	if (perch__load_u32(&s->flushers[i].deliveries) != 1 || s->flushers[i].last_result != 0)
+		race_fail(r, round, "the flush was delivered %u times (last %d)",
+			  s->flushers[i].deliveries, s->flushers[i].last_result);
+	return ended;
+}
+
 /* Once the loop is done: still exactly one delivery; a read sees only "closed". */
 static bool judge_late(struct race *r, struct lc_state *s, uint32_t i)
 {
 	uint64_t round = s->rounds[i];
 	if (s->broken[i])
 		return false;   /* a lost delivery would keep a pipe reader's free waiting */
+	if (s->order_race)
+		return judge_order_late(r, s, i); /* still open: the loop has not finished with it */
 	/* The caller's reference, and a pipe adapter's. */
 	uint32_t users = 1 + (s->preaders[i] != NULL) + (s->pwriters[i] != NULL);
 	if (!loop_finished(r, s->pool[i], users, round))
@@ -536,6 +669,21 @@ static bool judge_pipe_flush_once(struct race *r, struct lc_state *s, uint64_t r
 	return true;
 }
 
+static bool judge_order(struct race *r, void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	s->race = r;
+	s->rcs[s->at] = s->rc;
+	if (s->rc != PERCH_PENDING || s->shut_rc != 0) {
+		race_fail(r, round, "flush %d, then shutdown %d (want a parked flush, then 0)", s->rc,
+			  s->shut_rc);
+		s->broken[s->at] = true;
+		return false;
+	}
+	race_branch(r, s->saw_in_flight ? 1 : 0);
+	return true;
+}
+
 static bool judge_shutdown_vs_close(struct race *r, void *p, uint64_t round)
 {
 	struct lc_state *s = p;
@@ -559,6 +707,15 @@ const struct race_def race_loop_shutdown_vs_close = {
 	.branch_names = { "refused at once (-EPIPE)", "shut before the close",
 			  "posted, found the socket closing (no shutdown(2))" },
 	.window_branch = 3,
+};
+
+const struct race_def race_loop_shutdown_vs_flush = {
+	.name = "loop_close: a shutdown retried while the kernel holds the flush; the end comes last",
+	.actors = 2, .create = lc_create, .destroy = lc_destroy, .setup = lc_setup_order,
+	.actor = { shutdown_once_it_may, wait_for_the_send }, .judge = judge_order,
+	.branch_names = { "shut once the flush had completed",
+			  "refused while the kernel held the flush, then shut" },
+	.window_branch = 2,
 };
 
 const struct race_def race_loop_pipe_read_vs_close = {
