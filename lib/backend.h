@@ -73,7 +73,8 @@ struct perch__sock {
 	struct perch_conn_opts accept_opts;
 	int port;
 	bool accept_paused;          /* out of fds: on loop->accept_paused until one is freed */
-	bool accept_logged;          /* this run of failures was logged; cleared by an accept */
+	uint32_t accept_unlogged;    /* failed accepts since the last line on stderr */
+	double accept_logged_at_ms;  /* when that line was written (0: never) */
 	struct perch__sock *accept_paused_next;
 	struct perch__msg listen_msg;
 
@@ -143,6 +144,7 @@ struct perch__backend {
 
 #define PERCH__TXBUF_POOL_MAX 256u  /* staging buffers a loop keeps: 1 MiB */
 #define PERCH__ACCEPT_RETRY_MS 100  /* a listener paused for want of fds tries again after this */
+#define PERCH__ACCEPT_LOG_MS 10000  /* at most one line a listener about failed accepts */
 
 struct perch_loop {
 	/* ---- any thread ---- */
@@ -196,10 +198,11 @@ struct perch__sock *perch__loop_sock(struct perch_loop *loop, uint32_t slot, uin
 /* The wake eventfd was readable: runs posted work. */
 void perch__loop_woken(struct perch_loop *loop);
 /*
- * A listener accepted `fd`, or failed with -errno: logged once per run of
- * failures; for want of fds or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM)
- * the listener pauses until a socket of the loop closes or
- * PERCH__ACCEPT_RETRY_MS pass, else accepting continues.
+ * A listener accepted `fd`, or failed with -errno (logged, at most a line
+ * every PERCH__ACCEPT_LOG_MS): a failure of that one connection
+ * (ECONNABORTED, EPROTO, ...) is retried at once; any other (EMFILE,
+ * ENFILE, ENOBUFS, ENOMEM, ...) pauses the listener until a socket of the
+ * loop closes or PERCH__ACCEPT_RETRY_MS pass.
  */
 void perch__loop_accepted(struct perch__sock *ls, int fd);
 /* The connect finished with `res` (0 or -errno). */

@@ -340,10 +340,21 @@ static double now_ms(void)
 
 /* ================= accepting without fds: pause, and resume when one is freed ================= */
 
-/* Failures that only end when an fd or memory is freed: retrying at once would spin. */
-static bool accept_starved(int err)
+/*
+ * The failures accept(2) says are one connection's (it went away, or the
+ * network said no): the next connection may do. Any other failure (out of
+ * fds or memory, or a listening socket gone bad) lasts: retried at once it
+ * would spin.
+ */
+static bool accept_retry_at_once(int err)
 {
-	return err == -EMFILE || err == -ENFILE || err == -ENOBUFS || err == -ENOMEM;
+	switch (-err) {
+	case ECONNABORTED: case EPROTO: case EPERM: case EINTR: case ENETDOWN: case ENOPROTOOPT:
+	case EHOSTDOWN: case ENONET: case EHOSTUNREACH: case EOPNOTSUPP: case ENETUNREACH:
+		return true;
+	default:
+		return false;
+	}
 }
 
 /* A socket closed (an fd is free) or the retry time passed: every paused listener tries again. */
@@ -754,16 +765,25 @@ static void set_nodelay(int fd)
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-/* One line per run of failures, not one per retry. */
+/*
+ * At most one line per listener every PERCH__ACCEPT_LOG_MS, with the count
+ * since the last: at the fd limit every close lets one accept through and
+ * the next fails, and a line each would flood a slow stderr from the loop.
+ */
 static void accept_failed(struct perch__sock *ls, int err)
 {
 	ls->loop->stats.accept_errors++;
-	bool starved = accept_starved(err) && !ls->closing;
-	if (!ls->accept_logged)
-		fprintf(stderr, "perch: accept on port %d failed: %s%s\n", ls->port, strerror(-err),
-			starved ? "; accepting paused until a socket closes" : "");
-	ls->accept_logged = true;
-	if (starved)
+	ls->accept_unlogged++;
+	bool pause = !accept_retry_at_once(err) && !ls->closing;
+	double now = now_ms();
+	if (ls->accept_logged_at_ms == 0 || now - ls->accept_logged_at_ms >= PERCH__ACCEPT_LOG_MS) {
+		fprintf(stderr, "perch: accept on port %d failed: %s (%u failed since the last line)%s\n",
+			ls->port, strerror(-err), ls->accept_unlogged,
+			pause ? "; paused until a socket closes or 100 ms pass" : "");
+		ls->accept_logged_at_ms = now;
+		ls->accept_unlogged = 0;
+	}
+	if (pause)
 		pause_accepting(ls);
 }
 
@@ -773,7 +793,6 @@ void perch__loop_accepted(struct perch__sock *ls, int fd)
 		accept_failed(ls, fd);
 		return;
 	}
-	ls->accept_logged = false;
 	if (ls->closing) {
 		close(fd);
 		return;

@@ -103,10 +103,11 @@ PERCH_API int perch_loop_run(struct perch_loop *loop);
 /*
  * Runs one turn: runs posted work, waits up to timeout_ms (negative: no
  * limit, 0: do not wait) for at least one completion, dispatches every
- * completion ready. Returns the number of completions dispatched, or a
- * negative errno (-EINVAL; -EEXIST from a thread that does not own the
- * loop; -EBUSY from inside one of the loop's own callbacks; or the ring's
- * error).
+ * completion ready. While a listener is paused (out of fds, perch_listen),
+ * a turn waits at most until its retry, 100 ms, and may return 0. Returns
+ * the number of completions dispatched, or a negative errno (-EINVAL;
+ * -EEXIST from a thread that does not own the loop; -EBUSY from inside one
+ * of the loop's own callbacks; or the ring's error).
  */
 PERCH_API int perch_loop_run_once(struct perch_loop *loop, int timeout_ms);
 
@@ -145,9 +146,10 @@ PERCH_API void perch_loop_free(struct perch_loop *loop);
  * SO_REUSEPORT so several loops may share the port. Accepted connections
  * get `opts` (NULL: defaults) and are handed to on_accept on the loop
  * thread. An accept that fails for want of fds or memory (EMFILE, ENFILE,
- * ENOBUFS, ENOMEM) pauses the listener, with one line on stderr, until a
- * socket of the loop closes or 100 ms pass; waiting clients stay in the
- * kernel's backlog. Returns 0 with *out set (valid until perch_listener_close);
+ * ENOBUFS, ENOMEM), or for any reason but the one connection's (accept(2):
+ * ECONNABORTED, EPROTO, ...), pauses the listener until a socket of the
+ * loop closes or 100 ms pass; waiting clients stay in the kernel's
+ * backlog. Failures are logged on stderr, at most a line every 10 s. Returns 0 with *out set (valid until perch_listener_close);
  * -EINVAL for a bad argument (NULL loop/on_accept/out, a host that is not
  * a numeric address, a port outside 0..65535, bad opts); bind's or
  * listen's error (-EADDRINUSE, ...); -ENOMEM.
