@@ -641,25 +641,40 @@ static void op_release_seg(struct perch_seg *seg)
 	inbox_push(loop, &rs->release);
 }
 
+/*
+ * Runs a connection's call on its loop thread: at once when already there,
+ * else posted as m. The caller holds a reference only for the call; the one
+ * taken here keeps s alive while m waits, and run_posted drops it.
+ */
+static void call_on_loop(struct perch__sock *s, struct perch__msg *m, perch__msg_fn run_posted,
+			 void (*call)(struct perch__sock *s))
+{
+	if (perch_loop_is_current(s->loop)) {
+		call(s);
+		return;
+	}
+	perch__conn_ref(s->conn);
+	m->run = run_posted;
+	inbox_push(s->loop, m);
+}
+
+/* The posted half of call_on_loop: the call, then the reference it took (which may free s). */
+static void run_posted_call(struct perch__sock *s, void (*call)(struct perch__sock *s))
+{
+	struct perch_conn *c = s->conn;
+	call(s);
+	perch__conn_unref(c);
+}
+
 static void run_posted_close(struct perch_loop *loop, struct perch__msg *m)
 {
-	struct perch__sock *s = (struct perch__sock *)((char *)m - offsetof(struct perch__sock, close_msg));
-	struct perch_conn *c = s->conn;
-	start_close(s);
-	perch__conn_unref(c); /* taken in op_close; may free s */
+	run_posted_call((struct perch__sock *)((char *)m - offsetof(struct perch__sock, close_msg)), start_close);
 }
 
 static void op_close(struct perch_conn *c)
 {
 	struct perch__sock *s = c->transport;
-	if (perch_loop_is_current(s->loop)) {
-		start_close(s);
-		return;
-	}
-	/* The caller holds a reference; ours keeps s alive while the message waits. */
-	perch__conn_ref(c);
-	s->close_msg.run = run_posted_close;
-	inbox_push(s->loop, &s->close_msg);
+	call_on_loop(s, &s->close_msg, run_posted_close, start_close);
 }
 
 static void op_destroy(struct perch_conn *c)
@@ -721,23 +736,15 @@ static void shutdown_write(struct perch__sock *s)
 
 static void run_posted_shutdown(struct perch_loop *loop, struct perch__msg *m)
 {
-	struct perch__sock *s = (struct perch__sock *)((char *)m - offsetof(struct perch__sock, shutdown_msg));
-	struct perch_conn *c = s->conn;
-	shutdown_write(s);
-	perch__conn_unref(c); /* taken in op_shutdown; may free s */
+	run_posted_call((struct perch__sock *)((char *)m - offsetof(struct perch__sock, shutdown_msg)),
+			shutdown_write);
 }
 
 /* The core calls it once per connection, with no send in flight: nothing is queued before the FIN. */
 static void op_shutdown(struct perch_conn *c)
 {
 	struct perch__sock *s = c->transport;
-	if (perch_loop_is_current(s->loop)) {
-		shutdown_write(s);
-		return;
-	}
-	perch__conn_ref(c);
-	s->shutdown_msg.run = run_posted_shutdown;
-	inbox_push(s->loop, &s->shutdown_msg);
+	call_on_loop(s, &s->shutdown_msg, run_posted_shutdown, shutdown_write);
 }
 
 static void free_txbuf_pool(struct perch_loop *loop)
