@@ -99,6 +99,29 @@ static inline bool su_send_join(struct su_sender *s)
 	return s->ok;
 }
 
+/*
+ * Sends n patterned bytes to an echoing port from another thread while
+ * this one reads them back (so neither side's buffers need hold them all),
+ * and checks every byte came back in order.
+ */
+static inline void su_echo_stream(int port, size_t n)
+{
+	uint8_t *out = malloc(n), *in = malloc(n);
+	for (size_t i = 0; i < n; i++)
+		out[i] = (uint8_t)((i * 2654435761u) >> 13);
+	int fd = su_connect(port);
+	assert_true(fd >= 0);
+	struct su_sender sender;
+	su_send_async(&sender, fd, out, n);
+	bool got = lu_read_all(fd, in, n);
+	assert_true(su_send_join(&sender));
+	assert_true(got);
+	assert_memory_equal(out, in, n);
+	close(fd);
+	free(out);
+	free(in);
+}
+
 /* Reads exactly n bytes; false on EOF, error or timeout. */
 static inline bool su_recv_all(int fd, void *p, size_t n)
 {

@@ -40,22 +40,7 @@ static void round_trips_come_back_in_order(void **state)
  */
 static void stream_larger_than_the_socket_buffers_comes_back_whole(void **state)
 {
-	struct su_server *f = *state;
-	size_t n = 8u << 20;
-	uint8_t *out = malloc(n), *in = malloc(n);
-	for (size_t i = 0; i < n; i++)
-		out[i] = (uint8_t)((i * 2654435761u) >> 13);
-	int fd = su_connect(f->port);
-	assert_true(fd >= 0);
-	struct su_sender sender;
-	su_send_async(&sender, fd, out, n);
-	bool got = su_recv_all(fd, in, n);
-	assert_true(su_send_join(&sender));
-	assert_true(got);
-	assert_memory_equal(out, in, n);
-	close(fd);
-	free(out);
-	free(in);
+	su_echo_stream(((struct su_server *)*state)->port, 8u << 20);
 }
 
 static void copying_echo_streams_every_byte_back_too(void **state)

@@ -9,16 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct session;
-
-/* One loop, its thread and listener, and the sessions on it (touched on the loop thread only). */
-struct worker {
+/* One loop, its thread and listener, and what runs on it (touched on the loop thread only). */
+struct serve_worker {
 	struct serve *srv;
 	struct perch_loop *loop;
 	struct perch_listener *ls;
 	pthread_t th;
 	bool running;
-	struct session *sessions;
+	struct serve_item *items;
 };
 
 struct serve {
@@ -26,19 +24,91 @@ struct serve {
 	void *app;
 	int port;
 	int nworkers;
-	struct worker wk[];
+	struct serve_worker wk[];
 };
 
 /* A connection with its pipe reader and writer, followed by the protocol's state. */
 struct session {
-	struct session *prev, *next;
-	struct worker *wk;
+	struct serve_item item;        /* first: a session is its item */
+	struct serve_worker *wk;
 	struct perch_conn *c;
 	struct perch_pipe_reader *r;
 	struct perch_pipe_writer *w;
 	bool close_after_flush;
 	alignas(max_align_t) unsigned char state[];
 };
+
+/* ---- what a worker tracks ---- */
+
+struct perch_loop *serve_worker_loop(struct serve_worker *wk)
+{
+	return wk->loop;
+}
+
+void serve_track(struct serve_worker *wk, struct serve_item *it)
+{
+	it->wk = wk;
+	it->prev = NULL;
+	it->next = wk->items;
+	if (it->next)
+		it->next->prev = it;
+	wk->items = it;
+}
+
+void serve_untrack(struct serve_item *it)
+{
+	if (!it->wk)
+		return;
+	if (it->prev)
+		it->prev->next = it->next;
+	else
+		it->wk->items = it->next;
+	if (it->next)
+		it->next->prev = it->prev;
+	it->wk = NULL;
+}
+
+/* Ends every item; one that breaks stop's contract is dropped from the list rather than stopped forever. */
+static void worker_stop_items(struct serve_worker *wk)
+{
+	while (wk->items) {
+		struct serve_item *it = wk->items;
+		it->stop(it); /* may free it */
+		if (wk->items == it)
+			serve_untrack(it);
+	}
+}
+
+/* ---- reading and flushing by continuation ---- */
+
+int serve_read(struct perch_pipe_reader *r, struct perch_read_result *res, perch_vtask_fn on_ready,
+	       void *arg)
+{
+	for (;;) {
+		struct perch_vtask_handle h;
+		int rc = perch_pipe_read(r, res, &h);
+		if (rc != PERCH_PENDING)
+			return rc;
+		rc = perch_vtask_on_complete(h, on_ready, arg);
+		if (rc != 0)
+			return rc; /* PERCH_PENDING: on_ready carries on */
+		/* the read completed meanwhile: read again inline */
+	}
+}
+
+int serve_flush(struct perch_pipe_writer *w, perch_vtask_fn on_flushed, void *arg)
+{
+	struct perch_vtask_handle h;
+	int rc = perch_pipe_flush(w, &h);
+	if (rc != PERCH_PENDING)
+		return rc;
+	rc = perch_vtask_on_complete(h, on_flushed, arg);
+	if (rc != 0)
+		return rc;
+	int64_t result = -EIO;
+	perch_vtask_result(h, &result); /* completed while registering: its result, inline */
+	return (int)result;
+}
 
 /* ---- sessions ---- */
 
@@ -48,13 +118,8 @@ struct session {
  */
 static void session_end(struct session *s)
 {
-	struct worker *wk = s->wk;
-	if (s->prev)
-		s->prev->next = s->next;
-	else
-		wk->sessions = s->next;
-	if (s->next)
-		s->next->prev = s->prev;
+	struct serve_worker *wk = s->wk;
+	serve_untrack(&s->item);
 	if (wk->srv->proto->fini)
 		wk->srv->proto->fini(s->state);
 	perch_conn_close(s->c);
@@ -83,25 +148,6 @@ static void session_flushed(void *arg, int64_t result)
 		session_pump(s);
 }
 
-/*
- * Flushes what the protocol staged. Returns 1 when the flush waits (its
- * continuation carries on), 0 when it is done, -1 when it failed.
- */
-static int session_flush(struct session *s, bool close_after)
-{
-	struct perch_vtask_handle h;
-	int rc = perch_pipe_flush(s->w, &h);
-	if (rc != PERCH_PENDING)
-		return rc == 0 ? 0 : -1;
-	s->close_after_flush = close_after;
-	rc = perch_vtask_on_complete(h, session_flushed, s);
-	if (rc == PERCH_PENDING)
-		return 1;
-	int64_t result = -1;
-	if (rc == 0)
-		perch_vtask_result(h, &result); /* completed while registering: go on inline */
-	return result == 0 ? 0 : -1;
-}
 
 /*
  * Reads, answers every complete message of the result, flushes once, and
@@ -115,15 +161,9 @@ static void session_pump(struct session *s)
 	const struct serve_proto *proto = s->wk->srv->proto;
 	for (;;) {
 		struct perch_read_result res;
-		struct perch_vtask_handle h;
-		int rc = perch_pipe_read(s->r, &res, &h);
-		if (rc == PERCH_PENDING) {
-			rc = perch_vtask_on_complete(h, session_read_ready, s);
-			if (rc == PERCH_PENDING)
-				return;
-			if (rc == 0)
-				continue; /* the read completed meanwhile: read again inline */
-		}
+		int rc = serve_read(s->r, &res, session_read_ready, s);
+		if (rc == PERCH_PENDING)
+			return;
 		if (rc != 0) {
 			session_end(s);
 			return;
@@ -139,8 +179,9 @@ static void session_pump(struct session *s)
 		}
 		if (res.completed || res.error || res.closed || res.canceled)
 			stop = 1;
-		rc = session_flush(s, stop);
-		if (rc > 0)
+		s->close_after_flush = stop;
+		rc = serve_flush(s->w, session_flushed, s);
+		if (rc == PERCH_PENDING)
 			return;
 		if (rc < 0 || stop) {
 			session_end(s);
@@ -149,9 +190,23 @@ static void session_pump(struct session *s)
 	}
 }
 
+/* Closing the connection delivers its parked read or flush here, which ends the session. */
+static void session_stop(struct serve_item *it)
+{
+	struct session *s = (struct session *)it;
+	struct serve_worker *wk = s->wk;
+	perch_conn_close(s->c); /* may end s */
+	if (wk->items == it)
+		session_end(s); /* nothing was parked (none should be, between turns) */
+}
+
 static void on_accept(struct perch_listener *l, struct perch_conn *c, void *arg)
 {
-	struct worker *wk = arg;
+	struct serve_worker *wk = arg;
+	if (wk->srv->proto->accept) {
+		wk->srv->proto->accept(wk, c, wk->srv->app);
+		return;
+	}
 	struct session *s = calloc(1, sizeof(*s) + wk->srv->proto->state_size);
 	if (!s || perch_pipe_reader_new(c, &s->r) != 0 || perch_pipe_writer_new(c, &s->w) != 0) {
 		if (s) {
@@ -163,48 +218,31 @@ static void on_accept(struct perch_listener *l, struct perch_conn *c, void *arg)
 	}
 	s->wk = wk;
 	s->c = c;
-	s->next = wk->sessions;
-	if (s->next)
-		s->next->prev = s;
-	wk->sessions = s;
+	s->item.stop = session_stop;
+	serve_track(wk, &s->item);
 	session_pump(s);
 }
 
 /* ---- workers ---- */
 
-/*
- * Closing a connection delivers its parked read or flush on this thread,
- * inside perch_conn_close, and that continuation ends the session. A
- * session with nothing parked (none should be, between turns) is ended here.
- */
-static void worker_close_sessions(struct worker *wk)
-{
-	while (wk->sessions) {
-		struct session *s = wk->sessions;
-		perch_conn_close(s->c);
-		if (wk->sessions == s)
-			session_end(s);
-	}
-}
-
 /* Posted to the loop by serve_stop: the connections must be released before the loop is freed. */
 static void worker_shutdown(void *arg)
 {
-	struct worker *wk = arg;
+	struct serve_worker *wk = arg;
 	if (wk->ls)
 		perch_listener_close(wk->ls);
 	wk->ls = NULL;
-	worker_close_sessions(wk);
+	worker_stop_items(wk);
 	perch_loop_stop(wk->loop);
 }
 
 static void *worker_main(void *arg)
 {
-	struct worker *wk = arg;
+	struct serve_worker *wk = arg;
 	int rc = perch_loop_run(wk->loop);
 	if (rc != 0)
 		fprintf(stderr, "serve: loop failed: %s\n", strerror(-rc));
-	worker_close_sessions(wk); /* only when the shutdown could not be posted */
+	worker_stop_items(wk); /* only when the shutdown could not be posted */
 	perch_loop_free(wk->loop);
 	if (wk->srv->proto->thread_fini)
 		wk->srv->proto->thread_fini();
@@ -219,7 +257,7 @@ void serve_opts_default(struct serve_opts *o)
 /* Creates worker i's loop and listener; the first one fixes the port for the others. */
 static int worker_init(struct serve *srv, int i, const struct serve_opts *o)
 {
-	struct worker *wk = &srv->wk[i];
+	struct serve_worker *wk = &srv->wk[i];
 	struct perch_conn_opts co = { .recv_mode = o->recv };
 	wk->srv = srv;
 	int rc = perch_loop_new(NULL, &wk->loop);
@@ -236,7 +274,7 @@ static int worker_init(struct serve *srv, int i, const struct serve_opts *o)
 int serve_start(const struct serve_opts *o, const struct serve_proto *proto, void *app,
 		struct serve **out)
 {
-	if (!o || !proto || !proto->on_data || !out || o->threads < 1)
+	if (!o || !proto || !(proto->on_data || proto->accept) || !out || o->threads < 1)
 		return -EINVAL;
 	struct serve *srv = calloc(1, sizeof(*srv) + (size_t)o->threads * sizeof(srv->wk[0]));
 	if (!srv)
@@ -276,12 +314,12 @@ void serve_stop(struct serve *s)
 	if (!s)
 		return;
 	for (int i = 0; i < s->nworkers; i++) {
-		struct worker *wk = &s->wk[i];
+		struct serve_worker *wk = &s->wk[i];
 		if (wk->running && perch_loop_post(wk->loop, worker_shutdown, wk) != 0)
 			perch_loop_stop(wk->loop);
 	}
 	for (int i = 0; i < s->nworkers; i++) {
-		struct worker *wk = &s->wk[i];
+		struct serve_worker *wk = &s->wk[i];
 		if (wk->running)
 			pthread_join(wk->th, NULL);
 		else

@@ -17,6 +17,8 @@ struct serve_opts {
 	enum perch_recv_mode recv;     /* per-connection receive mode; PERCH_RECV_DEFAULT */
 };
 
+struct serve_worker;
+
 /*
  * A protocol: what a connection does with the bytes it receives. Every
  * callback runs on the connection's loop thread and must not block.
@@ -40,9 +42,56 @@ struct serve_proto {
 	bool forward_consumed;
 	void (*fini)(void *state);     /* optional: frees what the state holds */
 	void (*thread_fini)(void);     /* optional: frees a loop thread's own buffers as it exits */
+	/*
+	 * Optional: takes each accepted connection whole (and its reference)
+	 * instead of a pipe session; on_data is then unused. A protocol that
+	 * opens connections of its own (a proxy) tracks what it builds with
+	 * serve_track, so that serve_stop can end it.
+	 */
+	void (*accept)(struct serve_worker *wk, struct perch_conn *c, void *app);
 };
 
 struct serve;
+
+/* One loop and its thread (declared above). */
+/* The worker's loop (for perch_connect). */
+struct perch_loop *serve_worker_loop(struct serve_worker *wk);
+
+/*
+ * Something a worker ends when the server stops: a session, or what a
+ * proto->accept built. Touched on the worker's loop thread only.
+ */
+struct serve_item {
+	struct serve_item *prev, *next;
+	struct serve_worker *wk;       /* NULL while not tracked */
+	/*
+	 * Ends it, on the loop thread, as serve_stop closes everything: it must
+	 * leave the item untracked (serve_untrack) before it returns, since the
+	 * loop stops right after and no later completion will come to it.
+	 */
+	void (*stop)(struct serve_item *it);
+};
+
+/* Adds `it` (its stop set) to the worker's items. */
+void serve_track(struct serve_worker *wk, struct serve_item *it);
+
+/* Takes `it` off its worker's items; an untracked item is left alone. */
+void serve_untrack(struct serve_item *it);
+
+/*
+ * Reads r into *res: 0 with a result, PERCH_PENDING when the read waits
+ * (on_ready(arg, result) runs once it is ready, and should read again), or
+ * perch_pipe_read's error. A read that became ready while the continuation
+ * was being registered is taken at once.
+ */
+int serve_read(struct perch_pipe_reader *r, struct perch_read_result *res, perch_vtask_fn on_ready,
+	       void *arg);
+
+/*
+ * Flushes w: 0 when done, PERCH_PENDING when the flush waits (on_flushed(arg,
+ * result) runs with its result), or a negative errno when it failed.
+ */
+int serve_flush(struct perch_pipe_writer *w, perch_vtask_fn on_flushed, void *arg);
 
 void serve_opts_default(struct serve_opts *o);
 

@@ -1,0 +1,258 @@
+/* examples/proxy/proxy.c: the proxy's sessions: a client, its upstream, and two pumps that forward each side's bytes to the other. */
+#include "proxy.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct proxy_session;
+
+/* One direction: reads one side, forwards to the other side's writer, flushes, reads again. */
+struct pump {
+	struct proxy_session *ps;
+	struct perch_pipe_reader *r;
+	struct perch_pipe_writer *w;
+	struct perch_conn *dst;        /* the connection w writes to: shut once r's side ended */
+	bool src_ended;                /* the result being flushed was r's last */
+	bool done;                     /* r's side ended and the end was passed on */
+};
+
+struct proxy_session {
+	struct serve_item item;        /* first: a session is its item */
+	struct perch_conn *client;     /* NULL once stopped while connecting */
+	struct perch_conn *upstream;   /* NULL until connected */
+	struct pump up, down;          /* client -> upstream, upstream -> client */
+	bool ending;                   /* session_end began: continuations it delivers do nothing */
+	bool held;                     /* a caller still uses it: session_end leaves the free to it */
+};
+
+/* ---- ending ---- */
+
+/* Before the upstream connected: the client alone. */
+static void session_drop_client(struct proxy_session *ps)
+{
+	serve_untrack(&ps->item);
+	perch_conn_close(ps->client);
+	perch_conn_release(ps->client);
+	ps->client = NULL;
+}
+
+/*
+ * Cuts both sides: the closes deliver whatever read or flush was parked
+ * (its continuation sees `ending` and returns), then the adapters and the
+ * connections go.
+ */
+static void session_end(struct proxy_session *ps)
+{
+	if (ps->ending)
+		return;
+	ps->ending = true;
+	serve_untrack(&ps->item);
+	perch_conn_close(ps->client);
+	perch_conn_close(ps->upstream);
+	perch_pipe_reader_free(ps->up.r);
+	perch_pipe_writer_free(ps->up.w);
+	perch_pipe_reader_free(ps->down.r);
+	perch_pipe_writer_free(ps->down.w);
+	perch_conn_release(ps->client);
+	perch_conn_release(ps->upstream);
+	if (!ps->held)
+		free(ps);
+}
+
+/* ---- pumps ---- */
+
+static void pump_run(struct pump *p);
+
+/*
+ * After a flush with `result`: false to read on; true when the pump is
+ * done or the session ended (then p may be freed). A side that ended is
+ * passed on only after every byte before its end was flushed: a failed
+ * flush cut the stream short, and a FIN would say it ended cleanly.
+ */
+static bool pump_stops_after_flush(struct pump *p, int result)
+{
+	struct proxy_session *ps = p->ps;
+	if (result != 0 || (p->src_ended && perch_conn_shutdown(p->dst) != 0)) {
+		session_end(ps);
+		return true;
+	}
+	if (!p->src_ended)
+		return false;
+	p->done = true;
+	if (ps->up.done && ps->down.done)
+		session_end(ps);
+	return true;
+}
+
+static void pump_read_ready(void *arg, int64_t result)
+{
+	struct pump *p = arg;
+	if (p->ps->ending)
+		return;
+	if (result < 0)
+		session_end(p->ps);
+	else
+		pump_run(p);
+}
+
+static void pump_flushed(void *arg, int64_t result)
+{
+	struct pump *p = arg;
+	if (p->ps->ending)
+		return;
+	if (!pump_stops_after_flush(p, (int)result))
+		pump_run(p);
+}
+
+/*
+ * Reads, forwards everything read to the other side, flushes, and reads
+ * again only once the flush is done: a side that stops reading stops the
+ * other side being read (the source pauses, doc/loop.md). A reset or a
+ * local close cuts the session both ways.
+ */
+static void pump_run(struct pump *p)
+{
+	for (;;) {
+		struct perch_read_result res;
+		int rc = serve_read(p->r, &res, pump_read_ready, p);
+		if (rc == PERCH_PENDING)
+			return;
+		if (rc != 0 || res.error || res.closed || res.canceled ||
+		    perch_pipe_forward(p->r, res.len, res.len, p->w) != 0) {
+			session_end(p->ps);
+			return;
+		}
+		p->src_ended = res.completed;
+		rc = serve_flush(p->w, pump_flushed, p);
+		if (rc == PERCH_PENDING || pump_stops_after_flush(p, rc))
+			return;
+	}
+}
+
+static int pump_init(struct pump *p, struct proxy_session *ps, struct perch_conn *src,
+		     struct perch_conn *dst)
+{
+	p->ps = ps;
+	p->dst = dst;
+	int rc = perch_pipe_reader_new(src, &p->r);
+	return rc ? rc : perch_pipe_writer_new(dst, &p->w);
+}
+
+/* ---- connecting ---- */
+
+static void on_upstream(struct perch_loop *loop, struct perch_conn *c, int result, void *arg)
+{
+	struct proxy_session *ps = arg;
+	if (!ps->client) { /* stopped while connecting */
+		if (c) {
+			perch_conn_close(c);
+			perch_conn_release(c);
+		}
+		free(ps);
+		return;
+	}
+	if (result != 0) {
+		session_drop_client(ps); /* refused or unreachable: the client sees its connection end */
+		free(ps);
+		return;
+	}
+	ps->upstream = c;
+	ps->held = true;
+	if (pump_init(&ps->up, ps, ps->client, c) != 0 || pump_init(&ps->down, ps, c, ps->client) != 0)
+		session_end(ps);
+	if (!ps->ending)
+		pump_run(&ps->up);
+	if (!ps->ending)
+		pump_run(&ps->down);
+	ps->held = false;
+	if (ps->ending)
+		free(ps);
+}
+
+/* serve_stop: an established session is cut; one still connecting drops its client and waits for the connect's callback. */
+static void session_stop(struct serve_item *it)
+{
+	struct proxy_session *ps = (struct proxy_session *)it;
+	if (ps->upstream)
+		session_end(ps);
+	else
+		session_drop_client(ps); /* on_upstream frees ps, at the latest from perch_loop_free */
+}
+
+static void proxy_accept(struct serve_worker *wk, struct perch_conn *c, void *app)
+{
+	const struct proxy_target *to = app;
+	struct proxy_session *ps = calloc(1, sizeof(*ps));
+	if (!ps) {
+		perch_conn_release(c); /* out of memory: refuse this one, keep serving the others */
+		return;
+	}
+	ps->client = c;
+	ps->item.stop = session_stop;
+	serve_track(wk, &ps->item);
+	if (perch_connect(serve_worker_loop(wk), to->host, to->port, NULL, on_upstream, ps) != 0) {
+		session_drop_client(ps);
+		free(ps);
+	}
+}
+
+/* ---- the server ---- */
+
+static const struct serve_proto proxy_proto = { .accept = proxy_accept };
+
+static bool target_ok(const struct proxy_target *t)
+{
+	unsigned char addr[sizeof(struct in6_addr)];
+	return t->port >= 1 && t->port <= 65535 && memchr(t->host, '\0', sizeof(t->host)) &&
+	       (inet_pton(AF_INET, t->host, addr) == 1 || inet_pton(AF_INET6, t->host, addr) == 1);
+}
+
+int proxy_parse_target(const char *s, struct proxy_target *t)
+{
+	const char *colon = s ? strrchr(s, ':') : NULL;
+	if (!colon || !t)
+		return -EINVAL;
+	size_t hlen = (size_t)(colon - s);
+	const char *h = s;
+	if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']') {
+		h++;
+		hlen -= 2;
+	} else if (memchr(h, ':', hlen)) {
+		return -EINVAL; /* an IPv6 address takes brackets, or its last group would read as the port */
+	}
+	char *end;
+	errno = 0;
+	long port = strtol(colon + 1, &end, 10);
+	if (errno || end == colon + 1 || *end || port < 1 || port > 65535 || hlen >= sizeof(t->host))
+		return -EINVAL;
+	struct proxy_target parsed = { .port = (int)port };
+	memcpy(parsed.host, h, hlen);
+	if (!target_ok(&parsed))
+		return -EINVAL;
+	*t = parsed;
+	return 0;
+}
+
+int proxy_start(const struct serve_opts *o, const struct proxy_target *to, struct serve **out)
+{
+	if (!to || !target_ok(to))
+		return -EINVAL;
+	struct proxy_target *copy = malloc(sizeof(*copy));
+	if (!copy)
+		return -ENOMEM;
+	*copy = *to;
+	int rc = serve_start(o, &proxy_proto, copy, out);
+	if (rc != 0)
+		free(copy);
+	return rc;
+}
+
+void proxy_stop(struct serve *s)
+{
+	void *to = serve_app(s);
+	serve_stop(s);
+	free(to);
+}

@@ -1,0 +1,32 @@
+/* examples/proxy/proxy.h: a TCP proxy over pipes: each client gets its own upstream connection, bytes pass both ways without a copy, and each side's end is passed on with a half-close. */
+#ifndef PERCH_EXAMPLES_PROXY_H
+#define PERCH_EXAMPLES_PROXY_H
+
+#include <netinet/in.h>
+
+#include "serve.h"
+
+/* Where the proxy connects for each client. */
+struct proxy_target {
+	char host[INET6_ADDRSTRLEN];   /* numeric IPv4 or IPv6 address */
+	int port;                      /* 1..65535 */
+};
+
+/*
+ * Parses "HOST:PORT" ("[V6]:PORT" for IPv6) into *t. Returns 0, or -EINVAL
+ * for anything else (no port, a port out of 1..65535, a host that is not
+ * a numeric address); *t is then untouched.
+ */
+int proxy_parse_target(const char *s, struct proxy_target *t);
+
+/*
+ * Starts the proxy (serve_port says where it listens): every accepted
+ * client is connected to *to (copied) on the same loop. Returns 0 with
+ * *out, -EINVAL for a NULL or bad target, or serve_start's error.
+ */
+int proxy_start(const struct serve_opts *o, const struct proxy_target *to, struct serve **out);
+
+/* Stops it: closes every client and upstream connection and frees everything. NULL is ignored. */
+void proxy_stop(struct serve *s);
+
+#endif /* PERCH_EXAMPLES_PROXY_H */

@@ -1,0 +1,376 @@
+/* tests/test_proxy.c: examples/proxy in-process, in front of the echo example or of a socket the test accepts itself: bytes both ways, half-closes passed on each way, resets, a refused upstream, a client that does not read, and no fd left after stop. */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmocka_prelude.h"
+#include "echo.h"
+#include "proxy.h"
+#include "server_util.h"
+
+/* The proxy, and what it connects to: the echo example, or a listener the test accepts from. */
+struct fx {
+	struct su_server *echo;
+	int up_listen;                 /* -1 unless the upstream is the test's */
+	struct serve *proxy;
+	int port;                      /* the proxy's */
+	int fds_before;
+};
+
+/* A listening socket on 127.0.0.1, port 0, whose accept gives up after SU_TIMEOUT_S. */
+static int listen_here(int *port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	struct timeval tv = { .tv_sec = SU_TIMEOUT_S };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 64) != 0 ||
+	    getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+		close(fd);
+		return -1;
+	}
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+static int start_proxy(struct fx *f, int upstream_port)
+{
+	struct serve_opts o;
+	serve_opts_default(&o);
+	struct proxy_target to = { .host = "127.0.0.1", .port = upstream_port };
+	if (proxy_start(&o, &to, &f->proxy) != 0)
+		return -1;
+	f->port = serve_port(f->proxy);
+	return 0;
+}
+
+static int setup_echo(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	f->up_listen = -1;
+	f->fds_before = lu_count_fds();
+	f->echo = su_start(echo_start, echo_stop, 1);
+	*state = f;
+	return f->echo && start_proxy(f, f->echo->port) == 0 ? 0 : -1;
+}
+
+static int setup_raw(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	int port = 0;
+	f->fds_before = lu_count_fds();
+	f->up_listen = listen_here(&port);
+	*state = f;
+	return f->up_listen >= 0 && start_proxy(f, port) == 0 ? 0 : -1;
+}
+
+/* Fails when a descriptor outlived the proxy and its upstream. */
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	proxy_stop(f->proxy);
+	int rc = f->echo ? su_stop(f->echo) : 0;
+	if (f->up_listen >= 0)
+		close(f->up_listen);
+	int after = lu_count_fds();
+	if (after != f->fds_before) {
+		fprintf(stderr, "descriptors: %d before start, %d after stop\n", f->fds_before, after);
+		rc = -1;
+	}
+	free(f);
+	return rc;
+}
+
+/* The upstream side of the next client's session, as the proxy connects it. */
+static int upstream_accept(struct fx *f)
+{
+	int fd;
+	while ((fd = accept4(f->up_listen, NULL, NULL, SOCK_CLOEXEC)) < 0 && errno == EINTR)
+		; /* seen under ASan */
+	if (fd < 0)
+		fprintf(stderr, "upstream accept: %s\n", strerror(errno));
+	assert_true(fd >= 0);
+	struct timeval tv = { .tv_sec = SU_TIMEOUT_S };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+/* True when the next read says the peer ended its sending (EOF) and nothing came before. */
+static bool reads_eof(int fd)
+{
+	char c;
+	ssize_t r;
+	while ((r = recv(fd, &c, 1, 0)) < 0 && errno == EINTR)
+		;
+	return r == 0;
+}
+
+/* Closes with a reset (SO_LINGER 0): the peer's next read fails with ECONNRESET. */
+static void close_with_reset(int fd)
+{
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	close(fd);
+}
+
+static void round_trips_through_an_echo_upstream_come_back_in_order(void **state)
+{
+	struct fx *f = *state;
+	int fd = su_connect(f->port);
+	assert_true(fd >= 0);
+	char buf[64], back[64];
+	for (int i = 0; i < 200; i++) {
+		int n = snprintf(buf, sizeof(buf), "message %d", i);
+		assert_true(su_send(fd, buf, (size_t)n));
+		assert_true(su_recv_all(fd, back, (size_t)n));
+		assert_memory_equal(buf, back, (size_t)n);
+	}
+	close(fd);
+}
+
+/* 8 MiB out while this thread reads it back: it crosses the proxy twice, to the echo and back, forwarded. */
+static void a_stream_larger_than_the_socket_buffers_passes_both_ways_whole(void **state)
+{
+	su_echo_stream(((struct fx *)*state)->port, 8u << 20);
+}
+
+/* Many clients at once, each with its own upstream: no bytes cross sessions. */
+static void clients_at_once_each_get_their_own_bytes_back(void **state)
+{
+	struct fx *f = *state;
+	enum { N = 32 };
+	int fds[N];
+	for (int i = 0; i < N; i++) {
+		fds[i] = su_connect(f->port);
+		assert_true(fds[i] >= 0);
+	}
+	for (int round = 0; round < 20; round++) {
+		char buf[32], back[32];
+		for (int i = 0; i < N; i++) {
+			int n = snprintf(buf, sizeof(buf), "client %d round %d", i, round);
+			assert_true(su_send(fds[i], buf, (size_t)n));
+		}
+		for (int i = 0; i < N; i++) {
+			int n = snprintf(buf, sizeof(buf), "client %d round %d", i, round);
+			assert_true(su_recv_all(fds[i], back, (size_t)n));
+			assert_memory_equal(buf, back, (size_t)n);
+		}
+	}
+	for (int i = 0; i < N; i++)
+		close(fds[i]);
+}
+
+/*
+ * The client sends a request and ends its sending: upstream reads the
+ * request, then the end, and its answer still comes back to the client,
+ * then upstream's own end.
+ */
+static void a_clients_half_close_reaches_upstream_after_its_bytes_and_the_answer_still_comes_back(void **state)
+{
+	struct fx *f = *state;
+	int cl = su_connect(f->port);
+	assert_true(cl >= 0);
+	int up = upstream_accept(f);
+	char got[16];
+	assert_true(su_send_str(cl, "request"));
+	assert_int_equal(shutdown(cl, SHUT_WR), 0);
+	assert_true(su_recv_all(up, got, 7));
+	assert_memory_equal(got, "request", 7);
+	assert_true(reads_eof(up));
+	assert_true(su_send_str(up, "answer"));
+	close(up);
+	assert_true(su_recv_all(cl, got, 6));
+	assert_memory_equal(got, "answer", 6);
+	assert_true(reads_eof(cl));
+	close(cl);
+}
+
+/* The mirror: upstream ends first; the client reads its bytes and the end, and can still send. */
+static void upstreams_half_close_reaches_the_client_and_the_client_can_still_send(void **state)
+{
+	struct fx *f = *state;
+	int cl = su_connect(f->port);
+	assert_true(cl >= 0);
+	int up = upstream_accept(f);
+	char got[16];
+	assert_true(su_send_str(up, "hello"));
+	assert_int_equal(shutdown(up, SHUT_WR), 0);
+	assert_true(su_recv_all(cl, got, 5));
+	assert_memory_equal(got, "hello", 5);
+	assert_true(reads_eof(cl));
+	assert_true(su_send_str(cl, "more"));
+	assert_true(su_recv_all(up, got, 4));
+	assert_memory_equal(got, "more", 4);
+	close(cl);
+	assert_true(reads_eof(up));
+	close(up);
+}
+
+/* One side sends a few bytes through, then resets: the other side's connection ends. */
+static void reset_on_one_side_ends_the_other(struct fx *f, bool client_resets)
+{
+	int fds[2];
+	fds[0] = su_connect(f->port);
+	assert_true(fds[0] >= 0);
+	fds[1] = upstream_accept(f);
+	int resets = fds[!client_resets], other = fds[client_resets];
+	char got[4];
+	assert_true(su_send_str(resets, "abc"));
+	assert_true(su_recv_all(other, got, 3));
+	close_with_reset(resets);
+	assert_true(su_peer_closed(other));
+	close(other);
+}
+
+static void a_client_reset_closes_its_upstream(void **state)
+{
+	reset_on_one_side_ends_the_other(*state, true);
+}
+
+static void an_upstream_reset_closes_its_client(void **state)
+{
+	reset_on_one_side_ends_the_other(*state, false);
+}
+
+/* Nothing listens upstream: the client's connection ends, and the proxy serves the next one. */
+static void a_refused_upstream_ends_the_client_and_the_proxy_goes_on(void **state)
+{
+	struct fx *f = *state;
+	close(f->up_listen); /* its port is now refused */
+	f->up_listen = -1;
+	for (int i = 0; i < 3; i++) {
+		int cl = su_connect(f->port);
+		assert_true(cl >= 0);
+		assert_true(su_peer_closed(cl));
+		close(cl);
+	}
+}
+
+/* What the kernel may buffer on one socket at most, both ways, read from /proc (4 MiB each if unreadable). */
+static size_t socket_buffers_max(void)
+{
+	size_t total = 0;
+	const char *files[] = { "/proc/sys/net/ipv4/tcp_rmem", "/proc/sys/net/ipv4/tcp_wmem" };
+	for (int i = 0; i < 2; i++) {
+		unsigned long lo, def, max = 4u << 20;
+		FILE *fp = fopen(files[i], "r");
+		if (fp && fscanf(fp, "%lu %lu %lu", &lo, &def, &max) != 3)
+			max = 4u << 20;
+		if (fp)
+			fclose(fp);
+		total += max;
+	}
+	return total;
+}
+
+/*
+ * Upstream sends more than every buffer on the way can hold (two sockets'
+ * worth each way, plus 8 MiB) to a client that reads nothing for 300 ms:
+ * upstream's send must still be blocked then (the proxy stopped reading it,
+ * it did not queue the bytes itself), and every byte arrives in order once
+ * the client reads.
+ */
+static void a_client_that_does_not_read_holds_upstream_back_and_loses_nothing(void **state)
+{
+	struct fx *f = *state;
+	size_t n = 2 * socket_buffers_max() + (8u << 20);
+	uint8_t *out = malloc(n), *in = malloc(n);
+	lu_fill(out, n);
+	int cl = su_connect_rcvbuf(f->port, 64 << 10);
+	assert_true(cl >= 0);
+	int up = upstream_accept(f);
+	struct su_sender sender;
+	su_send_async(&sender, up, out, n);
+	usleep(300 * 1000);
+	assert_int_equal(pthread_tryjoin_np(sender.th, NULL), EBUSY); /* still sending */
+	assert_true(su_recv_all(cl, in, n));
+	assert_true(su_send_join(&sender));
+	assert_memory_equal(out, in, n);
+	close(cl);
+	close(up);
+	free(out);
+	free(in);
+}
+
+/* Stopped with sessions open both ways and one half-closed: every fd goes (teardown counts them). */
+static void stop_with_sessions_open_leaves_no_descriptor(void **state)
+{
+	struct fx *f = *state;
+	int cl[3], up[3];
+	char got[2];
+	for (int i = 0; i < 3; i++) {
+		cl[i] = su_connect(f->port);
+		assert_true(cl[i] >= 0);
+		up[i] = upstream_accept(f);
+		assert_true(su_send_str(cl[i], "x"));
+		assert_true(su_recv_all(up[i], got, 1));
+	}
+	assert_int_equal(shutdown(cl[0], SHUT_WR), 0);
+	assert_true(reads_eof(up[0]));
+	proxy_stop(f->proxy);
+	f->proxy = NULL;
+	for (int i = 0; i < 3; i++) {
+		assert_true(su_peer_closed(cl[i]));
+		assert_true(su_peer_closed(up[i]));
+		close(cl[i]);
+		close(up[i]);
+	}
+}
+
+static void targets_parse_or_are_refused(void **state)
+{
+	struct proxy_target t = { .host = "unchanged", .port = 7 };
+	assert_int_equal(proxy_parse_target("127.0.0.1:6379", &t), 0);
+	assert_string_equal(t.host, "127.0.0.1");
+	assert_int_equal(t.port, 6379);
+	assert_int_equal(proxy_parse_target("[::1]:80", &t), 0);
+	assert_string_equal(t.host, "::1");
+	assert_int_equal(t.port, 80);
+	const char *bad[] = { "127.0.0.1", "127.0.0.1:", ":80", "127.0.0.1:0", "127.0.0.1:65536",
+			      "127.0.0.1:80x", "localhost:80", "[::1:80", "::1:80", "", NULL };
+	for (int i = 0; i < 11; i++)
+		assert_int_equal(proxy_parse_target(bad[i], &t), -EINVAL);
+	assert_string_equal(t.host, "::1"); /* untouched by every refusal */
+	assert_int_equal(proxy_parse_target("127.0.0.1:80", NULL), -EINVAL);
+	struct serve_opts o;
+	serve_opts_default(&o);
+	struct serve *s = NULL;
+	struct proxy_target none = { .host = "nowhere", .port = 80 };
+	assert_int_equal(proxy_start(&o, &none, &s), -EINVAL);
+	assert_int_equal(proxy_start(&o, NULL, &s), -EINVAL);
+	assert_null(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(round_trips_through_an_echo_upstream_come_back_in_order,
+						setup_echo, teardown),
+		cmocka_unit_test_setup_teardown(a_stream_larger_than_the_socket_buffers_passes_both_ways_whole,
+						setup_echo, teardown),
+		cmocka_unit_test_setup_teardown(clients_at_once_each_get_their_own_bytes_back, setup_echo,
+						teardown),
+		cmocka_unit_test_setup_teardown(
+			a_clients_half_close_reaches_upstream_after_its_bytes_and_the_answer_still_comes_back,
+			setup_raw, teardown),
+		cmocka_unit_test_setup_teardown(
+			upstreams_half_close_reaches_the_client_and_the_client_can_still_send, setup_raw,
+			teardown),
+		cmocka_unit_test_setup_teardown(a_client_reset_closes_its_upstream, setup_raw, teardown),
+		cmocka_unit_test_setup_teardown(an_upstream_reset_closes_its_client, setup_raw, teardown),
+		cmocka_unit_test_setup_teardown(a_refused_upstream_ends_the_client_and_the_proxy_goes_on,
+						setup_raw, teardown),
+		cmocka_unit_test_setup_teardown(
+			a_client_that_does_not_read_holds_upstream_back_and_loses_nothing, setup_raw,
+			teardown),
+		cmocka_unit_test_setup_teardown(stop_with_sessions_open_leaves_no_descriptor, setup_raw,
+						teardown),
+		cmocka_unit_test(targets_parse_or_are_refused),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
