@@ -66,6 +66,9 @@ struct perch__sock {
 	perch_connect_fn on_connected;
 	void *connect_arg;
 	struct perch__msg connect_msg;
+	double connect_deadline_ms;  /* CLOCK_MONOTONIC; 0: no timeout */
+	struct perch__sock *deadline_prev, *deadline_next; /* on loop->deadlines while it waits */
+	bool on_deadlines;
 
 	/* ---- listeners ---- */
 	perch_accept_fn on_accept;
@@ -169,6 +172,7 @@ struct perch_loop {
 	uint32_t txbuf_pooled;       /* at most PERCH__TXBUF_POOL_MAX */
 	struct perch__sock *accept_paused; /* listeners out of fds, resumed when a socket closes */
 	double accept_paused_at_ms;        /* when the first of them paused (CLOCK_MONOTONIC) */
+	struct perch__sock *deadlines, *deadlines_last; /* timed connects, soonest first */
 	struct {
 		uint64_t enobufs_parks;   /* recvs parked for want of buffers */
 		uint64_t recv_pauses;     /* backpressure pauses */

@@ -306,7 +306,7 @@ static int resolve_opts(const struct perch_conn_opts *in, struct perch_conn_opts
 		o.pause_bytes = DEFAULT_PAUSE_BYTES;
 	if (o.resume_bytes == 0)
 		o.resume_bytes = o.pause_bytes / 4;
-	if (o.resume_bytes >= o.pause_bytes)
+	if (o.resume_bytes >= o.pause_bytes || o.connect_timeout_ms > PERCH_CONNECT_TIMEOUT_MAX_MS)
 		return -EINVAL;
 	*out = o;
 	return 0;
@@ -386,14 +386,70 @@ static void pause_accepting(struct perch__sock *ls)
 	loop->be->accept_pause(ls);
 }
 
-/* How long a turn may sleep: a paused listener's retry time bounds it. */
+/* The sooner of a wait of timeout_ms (-1: none) and one until at_ms, rounded up. */
+static int sooner(int timeout_ms, double at_ms)
+{
+	double left = at_ms - now_ms();
+	int ms = left > 0 ? (int)left + 1 : 0;
+	return timeout_ms < 0 || ms < timeout_ms ? ms : timeout_ms;
+}
+
+/* How long a turn may sleep: a paused listener's retry and the soonest connect timeout bound it. */
 static int turn_timeout(struct perch_loop *loop, int timeout_ms)
 {
-	if (!loop->accept_paused)
-		return timeout_ms;
-	double left = loop->accept_paused_at_ms + PERCH__ACCEPT_RETRY_MS - now_ms();
-	int retry_ms = left > 0 ? (int)left + 1 : 0;
-	return timeout_ms < 0 || retry_ms < timeout_ms ? retry_ms : timeout_ms;
+	if (loop->accept_paused)
+		timeout_ms = sooner(timeout_ms, loop->accept_paused_at_ms + PERCH__ACCEPT_RETRY_MS);
+	if (loop->deadlines)
+		timeout_ms = sooner(timeout_ms, loop->deadlines->connect_deadline_ms);
+	return timeout_ms;
+}
+
+/* Connects that time out, by their deadline: from the tail, since timeouts are mostly alike. */
+static void deadline_add(struct perch__sock *s)
+{
+	struct perch_loop *loop = s->loop;
+	struct perch__sock *after = loop->deadlines_last;
+	while (after && after->connect_deadline_ms > s->connect_deadline_ms)
+		after = after->deadline_prev;
+	s->deadline_prev = after;
+	s->deadline_next = after ? after->deadline_next : loop->deadlines;
+	if (s->deadline_next)
+		s->deadline_next->deadline_prev = s;
+	else
+		loop->deadlines_last = s;
+	if (after)
+		after->deadline_next = s;
+	else
+		loop->deadlines = s;
+	s->on_deadlines = true;
+}
+
+static void deadline_remove(struct perch__sock *s)
+{
+	if (!s->on_deadlines)
+		return;
+	struct perch_loop *loop = s->loop;
+	if (s->deadline_prev)
+		s->deadline_prev->deadline_next = s->deadline_next;
+	else
+		loop->deadlines = s->deadline_next;
+	if (s->deadline_next)
+		s->deadline_next->deadline_prev = s->deadline_prev;
+	else
+		loop->deadlines_last = s->deadline_prev;
+	s->on_deadlines = false;
+}
+
+/*
+ * After the turn's completions: a connect they did not finish whose
+ * timeout passed is reported -ETIMEDOUT (perch__loop_connected closes it,
+ * and its own completion, when it comes, finds the callback gone).
+ */
+static void expire_connects(struct perch_loop *loop)
+{
+	double now = loop->deadlines ? now_ms() : 0;
+	while (loop->deadlines && loop->deadlines->connect_deadline_ms <= now)
+		perch__loop_connected(loop->deadlines, -ETIMEDOUT);
 }
 
 static void retry_paused_accepts(struct perch_loop *loop)
@@ -419,6 +475,7 @@ static void start_close(struct perch__sock *s)
 
 void perch__loop_sock_closed(struct perch__sock *s)
 {
+	deadline_remove(s); /* the connect was answered first; never left for a freed socket */
 	table_remove(s->loop, s);
 	/*
 	 * Its fd is closed: a listener paused for want of one may have it. This
@@ -821,6 +878,7 @@ void perch__loop_accepted(struct perch__sock *ls, int fd)
 
 void perch__loop_connected(struct perch__sock *s, int res)
 {
+	deadline_remove(s);
 	perch_connect_fn cb = s->on_connected;
 	void *arg = s->connect_arg;
 	s->on_connected = NULL;
@@ -848,6 +906,8 @@ static void connect_start(struct perch__sock *s)
 		cb(loop, NULL, -ENOMEM, arg);
 		return;
 	}
+	if (s->connect_deadline_ms)
+		deadline_add(s);
 	s->loop->be->connect(s);
 }
 
@@ -900,6 +960,7 @@ int perch_connect(struct perch_loop *loop, const char *host, int port,
 	s->peer_len = len;
 	s->on_connected = on_connected;
 	s->connect_arg = arg;
+	s->connect_deadline_ms = o.connect_timeout_ms ? now_ms() + o.connect_timeout_ms : 0;
 	if (perch_loop_is_current(loop)) {
 		connect_start(s);
 		return 0;
@@ -1129,6 +1190,7 @@ int perch_loop_run_once(struct perch_loop *loop, int timeout_ms)
 	int posted = drain_inbox(loop);
 	/* Posted work counts as this turn's events: do not also sleep. */
 	int rc = loop->be->poll(loop, posted ? 0 : turn_timeout(loop, timeout_ms));
+	expire_connects(loop);
 	retry_paused_accepts(loop);
 	current_loop = prev;
 	return rc < 0 ? rc : rc + posted;

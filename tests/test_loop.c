@@ -1103,6 +1103,134 @@ static void connect_to_a_closed_port_reports_the_error_once(void **state)
 	close(held);
 }
 
+/* A connect's callbacks, counted: each must come once. */
+struct timed_connect {
+	struct perch_conn *c;
+	int result;
+	uint32_t calls;
+	sem_t done;
+};
+
+static void timed_connected(struct perch_loop *loop, struct perch_conn *c, int result, void *arg)
+{
+	struct timed_connect *k = arg;
+	k->c = c;
+	k->result = result;
+	perch__faa_u32(&k->calls, 1);
+	sem_post(&k->done);
+}
+
+/*
+ * A port that never answers a SYN: a listener with backlog 0 whose accept
+ * queue holds one connection nobody accepts, so the kernel drops the next
+ * SYN (and its retries, a second apart). Returns the listener; *queued is
+ * the connection that fills it.
+ */
+static int unanswering_port(int *port, int *queued)
+{
+	int lfd = loopback_bound_socket(port);
+	assert_int_equal(listen(lfd, 0), 0);
+	*queued = lu_plain_connect(*port);
+	assert_true(*queued >= 0);
+	return lfd;
+}
+
+/* Waits until the process has `want` fds again: a timed-out socket's close may finish a turn later. */
+static bool fds_back_to(int want)
+{
+	for (int i = 0; i < LU_TIMEOUT_MS && lu_count_fds() != want; i++)
+		usleep(1000);
+	return lu_count_fds() == want;
+}
+
+static void a_connect_that_gets_no_answer_times_out_once_and_its_socket_is_closed(void **state)
+{
+	struct lu_loop l;
+	assert_int_equal(lu_start(&l, NULL), 0);
+	int port, queued;
+	int lfd = unanswering_port(&port, &queued);
+	int fds = lu_count_fds();
+	struct timed_connect k = { .result = 1 };
+	sem_init(&k.done, 0, 0);
+	struct perch_conn_opts o = { .connect_timeout_ms = 100 };
+	double t0 = mono_ms();
+	assert_int_equal(perch_connect(l.loop, "127.0.0.1", port, &o, timed_connected, &k), 0);
+	assert_int_equal(lu_sem_wait(&k.done, LU_TIMEOUT_MS), 0);
+	assert_true(mono_ms() - t0 >= 100); /* never before its time */
+	assert_null(k.c);
+	assert_int_equal(k.result, -ETIMEDOUT);
+	assert_true(fds_back_to(fds));
+	usleep(200 * 1000);
+	assert_int_equal(perch__load_u32(&k.calls), 1);
+	assert_int_equal(lu_stop(&l), 0);
+	assert_int_equal(perch__load_u32(&k.calls), 1);
+	sem_destroy(&k.done);
+	close(queued);
+	close(lfd);
+}
+
+/* Answered at once: connected, and its timeout passing later neither calls again nor closes it. */
+static void a_connect_answered_before_its_timeout_stays_connected_after_it(void **state)
+{
+	struct lu_loop l;
+	assert_int_equal(lu_start(&l, NULL), 0);
+	int port;
+	int lfd = loopback_bound_socket(&port);
+	assert_int_equal(listen(lfd, 4), 0);
+	struct timed_connect k = { .result = 1 };
+	sem_init(&k.done, 0, 0);
+	struct perch_conn_opts o = { .connect_timeout_ms = 50 };
+	assert_int_equal(perch_connect(l.loop, "127.0.0.1", port, &o, timed_connected, &k), 0);
+	assert_int_equal(lu_sem_wait(&k.done, LU_TIMEOUT_MS), 0);
+	assert_int_equal(k.result, 0);
+	assert_non_null(k.c);
+	int peer = accept(lfd, NULL, NULL);
+	assert_true(peer >= 0);
+	usleep(200 * 1000); /* well past the timeout */
+	assert_int_equal(perch__load_u32(&k.calls), 1);
+	assert_int_equal(perch_conn_write(k.c, "ok", 2), 0);
+	assert_int_equal(lu_flush(k.c), 0);
+	uint8_t got[2];
+	assert_true(lu_read_all(peer, got, 2));
+	assert_memory_equal(got, "ok", 2);
+	perch_conn_close(k.c);
+	perch_conn_release(k.c);
+	assert_int_equal(lu_stop(&l), 0);
+	sem_destroy(&k.done);
+	close(peer);
+	close(lfd);
+}
+
+/* A timed connect still waiting when the loop is freed gets -ECANCELED, not its timeout. */
+static void a_timed_connect_waiting_when_the_loop_is_freed_is_canceled(void **state)
+{
+	struct lu_loop l;
+	assert_int_equal(lu_start(&l, NULL), 0);
+	int port, queued;
+	int lfd = unanswering_port(&port, &queued);
+	struct timed_connect k = { .result = 1 };
+	sem_init(&k.done, 0, 0);
+	struct perch_conn_opts o = { .connect_timeout_ms = PERCH_CONNECT_TIMEOUT_MAX_MS };
+	assert_int_equal(perch_connect(l.loop, "127.0.0.1", port, &o, timed_connected, &k), 0);
+	assert_int_equal(lu_stop(&l), 0);
+	assert_int_equal(perch__load_u32(&k.calls), 1);
+	assert_int_equal(k.result, -ECANCELED);
+	sem_destroy(&k.done);
+	close(queued);
+	close(lfd);
+}
+
+static void a_connect_timeout_above_the_maximum_is_refused(void **state)
+{
+	struct lu_loop l;
+	assert_int_equal(lu_start(&l, NULL), 0);
+	struct timed_connect k = { .result = 1 };
+	struct perch_conn_opts o = { .connect_timeout_ms = PERCH_CONNECT_TIMEOUT_MAX_MS + 1 };
+	assert_int_equal(perch_connect(l.loop, "127.0.0.1", 9, &o, timed_connected, &k), -EINVAL);
+	assert_int_equal(lu_stop(&l), 0);
+	assert_int_equal(k.calls, 0);
+}
+
 struct nested {
 	struct perch_loop *loop;
 	int rc;
@@ -1671,6 +1799,10 @@ int main(void)
 		cmocka_unit_test(close_during_a_stuck_send_fails_the_flush_once_and_returns_every_reference),
 		cmocka_unit_test(posts_from_two_threads_run_once_each_in_posting_order),
 		cmocka_unit_test(connect_to_a_closed_port_reports_the_error_once),
+		cmocka_unit_test(a_connect_that_gets_no_answer_times_out_once_and_its_socket_is_closed),
+		cmocka_unit_test(a_connect_answered_before_its_timeout_stays_connected_after_it),
+		cmocka_unit_test(a_timed_connect_waiting_when_the_loop_is_freed_is_canceled),
+		cmocka_unit_test(a_connect_timeout_above_the_maximum_is_refused),
 		cmocka_unit_test(run_once_from_inside_a_callback_is_refused_with_ebusy),
 		cmocka_unit_test(run_once_off_the_owning_thread_is_refused_with_eexist),
 		cmocka_unit_test(flush_of_8mib_in_one_buffer_reaches_a_slow_reader_whole_and_in_order),

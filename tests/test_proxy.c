@@ -15,20 +15,21 @@
 struct fx {
 	struct su_server *echo;
 	int up_listen;                 /* -1 unless the upstream is the test's */
+	int queued;                    /* -1, or the connection that fills an unanswering upstream's queue */
 	struct serve *proxy;
 	int port;                      /* the proxy's */
 	int fds_before;
 };
 
 /* A listening socket on 127.0.0.1, port 0, whose accept gives up after SU_TIMEOUT_S. */
-static int listen_here(int *port)
+static int listen_here(int *port, int backlog)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t len = sizeof(a);
 	struct timeval tv = { .tv_sec = SU_TIMEOUT_S };
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 64) != 0 ||
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, backlog) != 0 ||
 	    getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
 		close(fd);
 		return -1;
@@ -37,35 +38,64 @@ static int listen_here(int *port)
 	return fd;
 }
 
-static int start_proxy(struct fx *f, int upstream_port)
+static int start_proxy(struct fx *f, int upstream_port, unsigned connect_timeout_ms)
 {
 	struct serve_opts o;
 	serve_opts_default(&o);
-	struct proxy_target to = { .host = "127.0.0.1", .port = upstream_port };
+	struct proxy_target to = { .host = "127.0.0.1", .port = upstream_port,
+				   .connect_timeout_ms = connect_timeout_ms };
 	if (proxy_start(&o, &to, &f->proxy) != 0)
 		return -1;
 	f->port = serve_port(f->proxy);
 	return 0;
 }
 
-static int setup_echo(void **state)
+static struct fx *fx_new(void)
 {
 	struct fx *f = calloc(1, sizeof(*f));
-	f->up_listen = -1;
+	f->up_listen = f->queued = -1;
 	f->fds_before = lu_count_fds();
+	return f;
+}
+
+static int setup_echo(void **state)
+{
+	struct fx *f = *state = fx_new();
 	f->echo = su_start(echo_start, echo_stop, 1);
-	*state = f;
-	return f->echo && start_proxy(f, f->echo->port) == 0 ? 0 : -1;
+	return f->echo && start_proxy(f, f->echo->port, 0) == 0 ? 0 : -1;
 }
 
 static int setup_raw(void **state)
 {
-	struct fx *f = calloc(1, sizeof(*f));
+	struct fx *f = *state = fx_new();
 	int port = 0;
-	f->fds_before = lu_count_fds();
-	f->up_listen = listen_here(&port);
-	*state = f;
-	return f->up_listen >= 0 && start_proxy(f, port) == 0 ? 0 : -1;
+	f->up_listen = listen_here(&port, 64);
+	return f->up_listen >= 0 && start_proxy(f, port, 0) == 0 ? 0 : -1;
+}
+
+/*
+ * An upstream that never answers: backlog 0 and one connection queued
+ * that nobody accepts, so the kernel drops the proxy's SYNs. The proxy
+ * waits 100 ms for a connect.
+ */
+static int unanswering(void **state, unsigned connect_timeout_ms)
+{
+	struct fx *f = *state = fx_new();
+	int port = 0;
+	f->up_listen = listen_here(&port, 0);
+	f->queued = f->up_listen >= 0 ? su_connect(port) : -1;
+	return f->queued >= 0 && start_proxy(f, port, connect_timeout_ms) == 0 ? 0 : -1;
+}
+
+static int setup_unanswering(void **state)
+{
+	return unanswering(state, 100);
+}
+
+/* The same upstream, with no connect timeout: a session stays connecting until the proxy stops. */
+static int setup_unanswering_patient(void **state)
+{
+	return unanswering(state, 0);
 }
 
 /* Fails when a descriptor outlived the proxy and its upstream. */
@@ -76,6 +106,8 @@ static int teardown(void **state)
 	int rc = f->echo ? su_stop(f->echo) : 0;
 	if (f->up_listen >= 0)
 		close(f->up_listen);
+	if (f->queued >= 0)
+		close(f->queued);
 	int after = lu_count_fds();
 	if (after != f->fds_before) {
 		fprintf(stderr, "descriptors: %d before start, %d after stop\n", f->fds_before, after);
@@ -251,6 +283,16 @@ static void a_refused_upstream_ends_the_client_and_the_proxy_goes_on(void **stat
 	}
 }
 
+/* The upstream's kernel drops every SYN: the client is closed once the connect timeout passes, not minutes later. */
+static void an_upstream_that_never_answers_ends_the_client_after_the_connect_timeout(void **state)
+{
+	struct fx *f = *state;
+	int cl = su_connect(f->port);
+	assert_true(cl >= 0);
+	assert_true(su_peer_closed(cl)); /* within SU_TIMEOUT_S; the kernel would retry for minutes */
+	close(cl);
+}
+
 /* What the kernel may buffer on one socket at most, both ways, read from /proc (4 MiB each if unreadable). */
 static size_t socket_buffers_max(void)
 {
@@ -322,6 +364,19 @@ static void stop_with_sessions_open_leaves_no_descriptor(void **state)
 	}
 }
 
+/* Stopped while a client's upstream is still connecting: the client is closed, nothing is left. */
+static void stop_with_a_session_still_connecting_leaves_no_descriptor(void **state)
+{
+	struct fx *f = *state;
+	int cl = su_connect(f->port);
+	assert_true(cl >= 0);
+	usleep(100 * 1000); /* accepted, and its connect sent */
+	proxy_stop(f->proxy);
+	f->proxy = NULL;
+	assert_true(su_peer_closed(cl));
+	close(cl);
+}
+
 static void targets_parse_or_are_refused(void **state)
 {
 	struct proxy_target t = { .host = "unchanged", .port = 7 };
@@ -342,6 +397,9 @@ static void targets_parse_or_are_refused(void **state)
 	struct serve *s = NULL;
 	struct proxy_target none = { .host = "nowhere", .port = 80 };
 	assert_int_equal(proxy_start(&o, &none, &s), -EINVAL);
+	struct proxy_target too_patient = { .host = "127.0.0.1", .port = 80,
+					    .connect_timeout_ms = PERCH_CONNECT_TIMEOUT_MAX_MS + 1 };
+	assert_int_equal(proxy_start(&o, &too_patient, &s), -EINVAL);
 	assert_int_equal(proxy_start(&o, NULL, &s), -EINVAL);
 	assert_null(s);
 }
@@ -366,10 +424,15 @@ int main(void)
 		cmocka_unit_test_setup_teardown(a_refused_upstream_ends_the_client_and_the_proxy_goes_on,
 						setup_raw, teardown),
 		cmocka_unit_test_setup_teardown(
+			an_upstream_that_never_answers_ends_the_client_after_the_connect_timeout,
+			setup_unanswering, teardown),
+		cmocka_unit_test_setup_teardown(
 			a_client_that_does_not_read_holds_upstream_back_and_loses_nothing, setup_raw,
 			teardown),
 		cmocka_unit_test_setup_teardown(stop_with_sessions_open_leaves_no_descriptor, setup_raw,
 						teardown),
+		cmocka_unit_test_setup_teardown(stop_with_a_session_still_connecting_leaves_no_descriptor,
+						setup_unanswering_patient, teardown),
 		cmocka_unit_test(targets_parse_or_are_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -155,7 +155,7 @@ static void on_upstream(struct perch_loop *loop, struct perch_conn *c, int resul
 		return;
 	}
 	if (result != 0) {
-		session_drop_client(ps); /* refused or unreachable: the client sees its connection end */
+		session_drop_client(ps); /* refused, unreachable or timed out: the client's connection ends */
 		free(ps);
 		return;
 	}
@@ -193,7 +193,8 @@ static void proxy_accept(struct serve_worker *wk, struct perch_conn *c, void *ap
 	ps->client = c;
 	ps->item.stop = session_stop;
 	serve_track(wk, &ps->item);
-	if (perch_connect(serve_worker_loop(wk), to->host, to->port, NULL, on_upstream, ps) != 0) {
+	struct perch_conn_opts co = { .connect_timeout_ms = to->connect_timeout_ms };
+	if (perch_connect(serve_worker_loop(wk), to->host, to->port, &co, on_upstream, ps) != 0) {
 		session_drop_client(ps);
 		free(ps);
 	}
@@ -206,7 +207,8 @@ static const struct serve_proto proxy_proto = { .accept = proxy_accept };
 static bool target_ok(const struct proxy_target *t)
 {
 	unsigned char addr[sizeof(struct in6_addr)];
-	return t->port >= 1 && t->port <= 65535 && memchr(t->host, '\0', sizeof(t->host)) &&
+	return t->port >= 1 && t->port <= 65535 && t->connect_timeout_ms <= PERCH_CONNECT_TIMEOUT_MAX_MS &&
+	       memchr(t->host, '\0', sizeof(t->host)) &&
 	       (inet_pton(AF_INET, t->host, addr) == 1 || inet_pton(AF_INET6, t->host, addr) == 1);
 }
 
@@ -228,7 +230,7 @@ int proxy_parse_target(const char *s, struct proxy_target *t)
 	long port = strtol(colon + 1, &end, 10);
 	if (errno || end == colon + 1 || *end || port < 1 || port > 65535 || hlen >= sizeof(t->host))
 		return -EINVAL;
-	struct proxy_target parsed = { .port = (int)port };
+	struct proxy_target parsed = { .port = (int)port, .connect_timeout_ms = t->connect_timeout_ms };
 	memcpy(parsed.host, h, hlen);
 	if (!target_ok(&parsed))
 		return -EINVAL;

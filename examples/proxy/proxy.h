@@ -6,23 +6,26 @@
 
 #include "serve.h"
 
-/* Where the proxy connects for each client. */
+/* Where the proxy connects for each client, and how long it waits for the connect. */
 struct proxy_target {
 	char host[INET6_ADDRSTRLEN];   /* numeric IPv4 or IPv6 address */
 	int port;                      /* 1..65535 */
+	unsigned connect_timeout_ms;   /* 0: the kernel's own (minutes); else the client is closed after it */
 };
 
 /*
- * Parses "HOST:PORT" ("[V6]:PORT" for IPv6) into *t. Returns 0, or -EINVAL
- * for anything else (no port, a port out of 1..65535, a host that is not
- * a numeric address); *t is then untouched.
+ * Parses "HOST:PORT" ("[V6]:PORT" for IPv6) into t's host and port (its
+ * timeout is left as it is). Returns 0, or -EINVAL for anything else (no
+ * port, a port out of 1..65535, a host that is not a numeric address);
+ * *t is then untouched.
  */
 int proxy_parse_target(const char *s, struct proxy_target *t);
 
 /*
  * Starts the proxy (serve_port says where it listens): every accepted
  * client is connected to *to (copied) on the same loop. Returns 0 with
- * *out, -EINVAL for a NULL or bad target, or serve_start's error.
+ * *out, -EINVAL for a NULL or bad target (a timeout above
+ * PERCH_CONNECT_TIMEOUT_MAX_MS included), or serve_start's error.
  */
 int proxy_start(const struct serve_opts *o, const struct proxy_target *to, struct serve **out);
 

@@ -57,7 +57,13 @@ struct perch_conn_opts {
 				    * not consumed) waits for good: set it above the largest
 				    * message a reader holds back whole */
 	size_t resume_bytes;       /* recv resumes at or below this; 0: pause_bytes / 4; < pause_bytes */
+	unsigned connect_timeout_ms; /* perch_connect only: give up with -ETIMEDOUT after this
+				    * long; 0: wait as long as the kernel does (minutes). At most
+				    * PERCH_CONNECT_TIMEOUT_MAX_MS */
 };
+
+/* The longest connect_timeout_ms: a day. */
+#define PERCH_CONNECT_TIMEOUT_MAX_MS (24u * 60 * 60 * 1000)
 
 /* Work posted to a loop; runs once on the loop's thread. */
 typedef void (*perch_loop_fn)(void *arg);
@@ -172,12 +178,17 @@ PERCH_API int perch_listener_close(struct perch_listener *l);
  * Connects to host:port (numeric IPv4 or IPv6; port 1..65535) on `loop`;
  * on_connected runs exactly once on the loop thread with the result: the
  * connection, or NULL and the connect's error (-ECONNREFUSED, ...), or
- * -ECANCELED from inside perch_loop_free when the loop is freed first, so
- * keep what `arg` points to until then. There is no connect timeout nor
- * cancel yet: the kernel's own connect timeout applies. Returns 0 when
+ * -ETIMEDOUT once opts->connect_timeout_ms passed since this call (the
+ * socket is closed, and a connect the kernel finishes later is dropped),
+ * or -ECANCELED from inside perch_loop_free when the loop is freed first,
+ * so keep what `arg` points to until then. A connect the loop sees
+ * finished in the turn its timeout passes is reported connected. Without
+ * a timeout the kernel's own applies (minutes, for a peer that never
+ * answers); there is no cancel other than perch_loop_free. Returns 0 when
  * the connect started; -EINVAL for a bad argument (a NULL loop or
  * on_connected, a host that is not a numeric address, port 0 or out of
- * range, bad opts); -ENOMEM; socket()'s error.
+ * range, bad opts, a timeout above PERCH_CONNECT_TIMEOUT_MAX_MS); -ENOMEM;
+ * socket()'s error.
  */
 PERCH_API int perch_connect(struct perch_loop *loop, const char *host, int port,
 			    const struct perch_conn_opts *opts, perch_connect_fn on_connected,
