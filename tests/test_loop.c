@@ -1169,6 +1169,34 @@ static void a_connect_that_gets_no_answer_times_out_once_and_its_socket_is_close
 	close(lfd);
 }
 
+/*
+ * A connect with a long timeout, then one with a short one: the short one
+ * times out first (the list is kept by deadline, not by arrival), and the
+ * long one is still waiting then.
+ */
+static void a_shorter_connect_timeout_behind_a_longer_one_fires_first(void **state)
+{
+	struct lu_loop l;
+	assert_int_equal(lu_start(&l, NULL), 0);
+	int port, queued;
+	int lfd = unanswering_port(&port, &queued);
+	struct timed_connect slow = { .result = 1 }, fast = { .result = 1 };
+	sem_init(&slow.done, 0, 0);
+	sem_init(&fast.done, 0, 0);
+	struct perch_conn_opts so = { .connect_timeout_ms = 3000 }, fo = { .connect_timeout_ms = 100 };
+	assert_int_equal(perch_connect(l.loop, "127.0.0.1", port, &so, timed_connected, &slow), 0);
+	assert_int_equal(perch_connect(l.loop, "127.0.0.1", port, &fo, timed_connected, &fast), 0);
+	assert_int_equal(lu_sem_wait(&fast.done, LU_TIMEOUT_MS), 0);
+	assert_int_equal(fast.result, -ETIMEDOUT);
+	assert_int_equal(perch__load_u32(&slow.calls), 0);
+	assert_int_equal(lu_stop(&l), 0);
+	assert_int_equal(slow.result, -ECANCELED);
+	sem_destroy(&slow.done);
+	sem_destroy(&fast.done);
+	close(queued);
+	close(lfd);
+}
+
 /* Answered at once: connected, and its timeout passing later neither calls again nor closes it. */
 static void a_connect_answered_before_its_timeout_stays_connected_after_it(void **state)
 {
@@ -1179,14 +1207,15 @@ static void a_connect_answered_before_its_timeout_stays_connected_after_it(void 
 	assert_int_equal(listen(lfd, 4), 0);
 	struct timed_connect k = { .result = 1 };
 	sem_init(&k.done, 0, 0);
-	struct perch_conn_opts o = { .connect_timeout_ms = 50 };
+	/* Long enough that a loaded machine still answers first: the test is about what comes after. */
+	struct perch_conn_opts o = { .connect_timeout_ms = 500 };
 	assert_int_equal(perch_connect(l.loop, "127.0.0.1", port, &o, timed_connected, &k), 0);
 	assert_int_equal(lu_sem_wait(&k.done, LU_TIMEOUT_MS), 0);
 	assert_int_equal(k.result, 0);
 	assert_non_null(k.c);
 	int peer = accept(lfd, NULL, NULL);
 	assert_true(peer >= 0);
-	usleep(200 * 1000); /* well past the timeout */
+	usleep(700 * 1000); /* past the timeout */
 	assert_int_equal(perch__load_u32(&k.calls), 1);
 	assert_int_equal(perch_conn_write(k.c, "ok", 2), 0);
 	assert_int_equal(lu_flush(k.c), 0);
@@ -1800,6 +1829,7 @@ int main(void)
 		cmocka_unit_test(posts_from_two_threads_run_once_each_in_posting_order),
 		cmocka_unit_test(connect_to_a_closed_port_reports_the_error_once),
 		cmocka_unit_test(a_connect_that_gets_no_answer_times_out_once_and_its_socket_is_closed),
+		cmocka_unit_test(a_shorter_connect_timeout_behind_a_longer_one_fires_first),
 		cmocka_unit_test(a_connect_answered_before_its_timeout_stays_connected_after_it),
 		cmocka_unit_test(a_timed_connect_waiting_when_the_loop_is_freed_is_canceled),
 		cmocka_unit_test(a_connect_timeout_above_the_maximum_is_refused),

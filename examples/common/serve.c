@@ -35,6 +35,7 @@ struct session {
 	struct perch_pipe_reader *r;
 	struct perch_pipe_writer *w;
 	bool close_after_flush;
+	bool *ended;                   /* set by session_end while session_stop waits on a close */
 	alignas(max_align_t) unsigned char state[];
 };
 
@@ -68,15 +69,11 @@ void serve_untrack(struct serve_item *it)
 	it->wk = NULL;
 }
 
-/* Ends every item; one that breaks stop's contract is dropped from the list rather than stopped forever. */
+/* Ends every item: each stop untracks its own (serve_item's contract). */
 static void worker_stop_items(struct serve_worker *wk)
 {
-	while (wk->items) {
-		struct serve_item *it = wk->items;
-		it->stop(it); /* may free it */
-		if (wk->items == it)
-			serve_untrack(it);
-	}
+	while (wk->items)
+		wk->items->stop(wk->items);
 }
 
 /* ---- reading and flushing by continuation ---- */
@@ -126,6 +123,8 @@ static void session_end(struct session *s)
 	perch_pipe_reader_free(s->r);
 	perch_pipe_writer_free(s->w);
 	perch_conn_release(s->c);
+	if (s->ended)
+		*s->ended = true;
 	free(s);
 }
 
@@ -194,9 +193,10 @@ static void session_pump(struct session *s)
 static void session_stop(struct serve_item *it)
 {
 	struct session *s = (struct session *)it;
-	struct serve_worker *wk = s->wk;
-	perch_conn_close(s->c); /* may end s */
-	if (wk->items == it)
+	bool ended = false;
+	s->ended = &ended;
+	perch_conn_close(s->c); /* a parked read or flush is delivered here, and ends s */
+	if (!ended)
 		session_end(s); /* nothing was parked (none should be, between turns) */
 }
 

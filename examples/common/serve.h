@@ -17,7 +17,7 @@ struct serve_opts {
 	enum perch_recv_mode recv;     /* per-connection receive mode; PERCH_RECV_DEFAULT */
 };
 
-struct serve_worker;
+struct serve_worker; /* one loop and its thread */
 
 /*
  * A protocol: what a connection does with the bytes it receives. Every
@@ -53,7 +53,7 @@ struct serve_proto {
 
 struct serve;
 
-/* One loop and its thread (declared above). */
+/* One loop and its thread. */
 /* The worker's loop (for perch_connect). */
 struct perch_loop *serve_worker_loop(struct serve_worker *wk);
 

@@ -219,7 +219,8 @@ int proxy_parse_target(const char *s, struct proxy_target *t)
 		return -EINVAL;
 	size_t hlen = (size_t)(colon - s);
 	const char *h = s;
-	if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']') {
+	bool bracketed = hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']';
+	if (bracketed) {
 		h++;
 		hlen -= 2;
 	} else if (memchr(h, ':', hlen)) {
@@ -232,7 +233,7 @@ int proxy_parse_target(const char *s, struct proxy_target *t)
 		return -EINVAL;
 	struct proxy_target parsed = { .port = (int)port, .connect_timeout_ms = t->connect_timeout_ms };
 	memcpy(parsed.host, h, hlen);
-	if (!target_ok(&parsed))
+	if (!target_ok(&parsed) || (bracketed && !strchr(parsed.host, ':')))
 		return -EINVAL;
 	*t = parsed;
 	return 0;

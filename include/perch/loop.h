@@ -57,9 +57,10 @@ struct perch_conn_opts {
 				    * not consumed) waits for good: set it above the largest
 				    * message a reader holds back whole */
 	size_t resume_bytes;       /* recv resumes at or below this; 0: pause_bytes / 4; < pause_bytes */
-	unsigned connect_timeout_ms; /* perch_connect only: give up with -ETIMEDOUT after this
-				    * long; 0: wait as long as the kernel does (minutes). At most
-				    * PERCH_CONNECT_TIMEOUT_MAX_MS */
+	unsigned connect_timeout_ms; /* perch_connect: give up with -ETIMEDOUT this long after
+				    * the call; 0: wait as long as the kernel does (minutes). A
+				    * listener ignores it; above PERCH_CONNECT_TIMEOUT_MAX_MS it
+				    * is refused (-EINVAL) by both */
 };
 
 /* The longest connect_timeout_ms: a day. */
@@ -110,7 +111,9 @@ PERCH_API int perch_loop_run(struct perch_loop *loop);
  * Runs one turn: runs posted work, waits up to timeout_ms (negative: no
  * limit, 0: do not wait) for at least one completion, dispatches every
  * completion ready. While a listener is paused (out of fds, perch_listen),
- * a turn waits at most until its retry, 100 ms, and may return 0. Returns
+ * a turn waits at most until its retry, 100 ms, and may return 0; while a
+ * connect with a timeout waits, at most until that timeout, and a turn
+ * that reports a timed-out connect to its callback may also return 0. Returns
  * the number of completions dispatched, or a negative errno (-EINVAL;
  * -EEXIST from a thread that does not own the loop; -EBUSY from inside one
  * of the loop's own callbacks; or the ring's error).
@@ -179,7 +182,9 @@ PERCH_API int perch_listener_close(struct perch_listener *l);
  * on_connected runs exactly once on the loop thread with the result: the
  * connection, or NULL and the connect's error (-ECONNREFUSED, ...), or
  * -ETIMEDOUT once opts->connect_timeout_ms passed since this call (the
- * socket is closed, and a connect the kernel finishes later is dropped),
+ * socket is closed, and a connect the kernel finishes later is dropped;
+ * the time runs from the call, so a connect posted to a loop too busy to
+ * start it in time times out unstarted),
  * or -ECANCELED from inside perch_loop_free when the loop is freed first,
  * so keep what `arg` points to until then. A connect the loop sees
  * finished in the turn its timeout passes is reported connected. Without
