@@ -991,7 +991,8 @@ int perch_conn_shutdown(struct perch_conn *c)
 
 /* ================= public calls: lifecycle, any thread ================= */
 
-int perch_conn_close(struct perch_conn *c)
+/* The close, ending the transport with `end` (its close, or its abort). */
+static int close_with(struct perch_conn *c, void (*end)(struct perch_conn *c))
 {
 	if (!c)
 		return -EINVAL;
@@ -1007,10 +1008,20 @@ int perch_conn_close(struct perch_conn *c)
 	}
 	wake_reader(c);
 	complete_flush(c, -EPIPE);
-	if (c->ops->close)
-		c->ops->close(c);
+	if (end)
+		end(c);
 	perch__conn_unref(c);
 	return 0;
+}
+
+int perch_conn_close(struct perch_conn *c)
+{
+	return close_with(c, c ? c->ops->close : NULL);
+}
+
+int perch_conn_abort(struct perch_conn *c)
+{
+	return close_with(c, c ? (c->ops->abort ? c->ops->abort : c->ops->close) : NULL);
 }
 
 void perch_conn_release(struct perch_conn *c)

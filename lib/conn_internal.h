@@ -46,6 +46,11 @@ struct perch__transport_ops {
 	/* The connection was closed: cancel in-flight work (its completions still come). */
 	void (*close)(struct perch_conn *c);
 	/*
+	 * Optional: close as `close` does, with a reset for the peer
+	 * (perch_conn_abort). Without it an abort is a close.
+	 */
+	void (*abort)(struct perch_conn *c);
+	/*
 	 * Optional: end the write side after what was sent (perch_conn_shutdown;
 	 * no send is in flight). Any thread; at most once; may come after close.
 	 */

@@ -734,6 +734,28 @@ static void op_close(struct perch_conn *c)
 	call_on_loop(s, &s->close_msg, run_posted_close, start_close);
 }
 
+/* A close whose fd goes with a reset: SO_LINGER 0 makes the kernel's last release send an RST. */
+static void start_abort(struct perch__sock *s)
+{
+	if (!s->closing) {
+		struct linger now = { .l_onoff = 1, .l_linger = 0 };
+		setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
+	}
+	start_close(s);
+}
+
+static void run_posted_abort(struct perch_loop *loop, struct perch__msg *m)
+{
+	run_posted_call((struct perch__sock *)((char *)m - offsetof(struct perch__sock, close_msg)), start_abort);
+}
+
+/* The core calls close or abort once per connection: they share the close's message. */
+static void op_abort(struct perch_conn *c)
+{
+	struct perch__sock *s = c->transport;
+	call_on_loop(s, &s->close_msg, run_posted_abort, start_abort);
+}
+
 static void op_destroy(struct perch_conn *c)
 {
 	free(c->transport);
@@ -815,6 +837,7 @@ static const struct perch__transport_ops loop_conn_ops = {
 	.send = op_send,
 	.release_seg = op_release_seg,
 	.close = op_close,
+	.abort = op_abort,
 	.shutdown = op_shutdown,
 	.destroy = op_destroy,
 	.txbuf_get = op_txbuf_get,

@@ -13,6 +13,7 @@ struct fake_transport {
 	struct perch__txbuf *sent;     /* the chain of the last send, until send_done */
 	uint32_t sends;
 	uint32_t closes;
+	uint32_t aborts;
 	uint32_t shutdowns;
 	uint32_t segs_out;             /* segments handed to the conn and not yet returned */
 	uint32_t destroyed;
@@ -38,6 +39,12 @@ static inline void fake_close(struct perch_conn *c)
 	perch__faa_u32(&t->closes, 1);
 }
 
+static inline void fake_abort(struct perch_conn *c)
+{
+	struct fake_transport *t = c->transport;
+	perch__faa_u32(&t->aborts, 1);
+}
+
 static inline void fake_shutdown(struct perch_conn *c)
 {
 	struct fake_transport *t = c->transport;
@@ -54,6 +61,7 @@ static const struct perch__transport_ops fake_ops = {
 	.send = fake_send,
 	.release_seg = fake_release_seg,
 	.close = fake_close,
+	.abort = fake_abort,
 	.shutdown = fake_shutdown,
 	.destroy = fake_destroy,
 };

@@ -1,4 +1,4 @@
-/* tests/test_conn_read.c: the read slot, one path per test: served, parked, refused, marked, closed, canceled, EOF. */
+/* tests/test_conn_read.c: the read slot, one path per test: served, parked, refused, marked, closed (or aborted), canceled, EOF. */
 #include "config.h"
 
 #include <pthread.h>
@@ -78,6 +78,50 @@ static void completion_during_on_parking_is_served_synchronously(void **state)
 	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, &res), PERCH_PENDING);
 	perch_conn_close(c);
 	assert_int_equal(r.deliveries, 1);
+}
+
+/* An abort ends the read as a close does; the transport is ended with its abort, once. */
+static void abort_while_parked_delivers_closed_once_and_ends_the_transport_with_its_abort(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct fake_transport *t = transport_of(state);
+	struct counting_reader r = COUNTING_READER;
+	struct perch_read_result res;
+	assert_int_equal(perch_conn_try_read_or_park(c, &r.l, &res), PERCH_PENDING);
+	assert_int_equal(perch_conn_abort(c), 0);
+	assert_int_equal(perch_conn_abort(c), 0);
+	assert_int_equal(perch_conn_close(c), 0);
+	assert_int_equal(r.deliveries, 1);
+	assert_int_equal(t->aborts, 1);
+	assert_int_equal(t->closes, 0);
+	assert_int_equal(perch_conn_try_read(c, &res), 0);
+	assert_true(res.closed);
+	assert_int_equal(perch_conn_abort(NULL), -EINVAL);
+}
+
+/* After a close (its FIN on the way) an abort changes nothing. */
+static void abort_after_close_changes_nothing(void **state)
+{
+	struct fake_transport *t = transport_of(state);
+	assert_int_equal(perch_conn_close(conn_of(state)), 0);
+	assert_int_equal(perch_conn_abort(conn_of(state)), 0);
+	assert_int_equal(t->closes, 1);
+	assert_int_equal(t->aborts, 0);
+}
+
+/* A transport with no abort of its own (an in-memory pipe's) is closed. */
+static void abort_on_a_transport_without_one_closes_it(void **state)
+{
+	struct perch__transport_ops ops = fake_ops;
+	ops.abort = NULL;
+	struct fake_transport t = { 0 };
+	struct perch_conn *c = perch__conn_new(&ops, &t);
+	assert_non_null(c);
+	assert_int_equal(perch_conn_abort(c), 0);
+	assert_int_equal(t.closes, 1);
+	assert_true(perch_conn_is_closed(c));
+	perch_conn_release(c);
+	assert_int_equal(t.destroyed, 1);
 }
 
 static void close_while_parked_delivers_closed_once(void **state)
@@ -331,6 +375,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(second_read_refused_while_parked_leaves_the_parked_one, setup, teardown),
 		cmocka_unit_test_setup_teardown(completion_during_on_parking_is_served_synchronously, setup, teardown),
 		cmocka_unit_test_setup_teardown(close_while_parked_delivers_closed_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			abort_while_parked_delivers_closed_once_and_ends_the_transport_with_its_abort, setup,
+			teardown),
+		cmocka_unit_test_setup_teardown(abort_after_close_changes_nothing, setup, teardown),
+		cmocka_unit_test(abort_on_a_transport_without_one_closes_it),
 		cmocka_unit_test_setup_teardown(cancel_wakes_the_parked_read_canceled, setup, teardown),
 		cmocka_unit_test_setup_teardown(cancel_with_nothing_parked_marks_the_next_read, setup, teardown),
 		cmocka_unit_test_setup_teardown(eof_comes_after_every_queued_byte, setup, teardown),

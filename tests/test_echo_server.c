@@ -95,6 +95,27 @@ static void fin_after_bytes_gets_the_bytes_then_a_close(void **state)
 }
 
 /* Clients left connected when the server stops are closed by the stop (teardown checks the fds). */
+/* A second server asked for the first one's port is refused: perch_listen alone would share it (SO_REUSEPORT). */
+static void a_port_another_server_holds_is_refused(void **state)
+{
+	struct su_server *f = *state;
+	struct serve_opts o;
+	serve_opts_default(&o);
+	o.port = f->port;
+	struct serve *second = NULL;
+	assert_int_equal(echo_start(&o, &second), -EADDRINUSE);
+	assert_null(second);
+	o.host = "localhost";
+	assert_int_equal(echo_start(&o, &second), -EINVAL);
+	/* The first one still serves. */
+	int fd = su_connect(f->port);
+	char back[2];
+	assert_true(fd >= 0);
+	assert_true(su_send(fd, "ok", 2));
+	assert_true(su_recv_all(fd, back, 2));
+	close(fd);
+}
+
 static void stop_closes_clients_still_connected(void **state)
 {
 	struct su_server *f = *state;
@@ -142,6 +163,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(many_clients_at_once_each_get_their_own_bytes, setup_two_loops,
 						teardown),
 		cmocka_unit_test_setup_teardown(fin_after_bytes_gets_the_bytes_then_a_close, setup, teardown),
+		cmocka_unit_test_setup_teardown(a_port_another_server_holds_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(stop_closes_clients_still_connected, setup, teardown),
 		cmocka_unit_test_setup_teardown(stop_with_a_flush_waiting_on_a_client_that_does_not_read, setup,
 						teardown),

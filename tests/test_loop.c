@@ -1468,6 +1468,66 @@ static void shutdown_on_the_loop_thread_sends_the_end_after_the_flushed_bytes(vo
 	shutdown_then_read_both_ways(true);
 }
 
+/* ---- abort: the peer sees its stream fail ---- */
+
+static void abort_on_loop(void *arg)
+{
+	struct shut_call *k = arg;
+	k->rc = perch_conn_abort(k->c);
+}
+
+/*
+ * What the peer reads after the connection ends, bytes it was sent still
+ * unread: ECONNRESET after an abort, the bytes then the end after a close.
+ * `on_loop` as for the shutdown.
+ */
+static void peer_reads_after_the_end(bool abort, bool on_loop)
+{
+	struct stream st;
+	stream_open(&st, 1, NULL, 0, 0);
+	assert_int_equal(perch_conn_write(st.k.c, "unread", 6), 0);
+	assert_int_equal(lu_flush(st.k.c), 0);
+	struct shut_call k = { .c = st.k.c, .rc = 1 };
+	if (!abort)
+		k.rc = perch_conn_close(st.k.c);
+	else if (on_loop)
+		assert_int_equal(lu_on_loop(&st.l, abort_on_loop, &k), 0);
+	else
+		abort_on_loop(&k);
+	assert_int_equal(k.rc, 0);
+	struct timeval tv = { .tv_sec = LU_TIMEOUT_MS / 1000 };
+	assert_int_equal(setsockopt(st.w.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+	char got[8];
+	ssize_t r;
+	if (!abort)
+		assert_true(lu_read_all(st.w.fd, (uint8_t *)got, 6));
+	/* After an abort what arrived before the reset may be read or dropped. EINTR: seen here. */
+	while ((r = read(st.w.fd, got, sizeof(got))) > 0 || (r < 0 && errno == EINTR))
+		assert_true(abort);
+	if (abort) {
+		assert_int_equal(r, -1);
+		assert_int_equal(errno, ECONNRESET);
+	} else {
+		assert_int_equal(r, 0);
+	}
+	stream_close(&st);
+}
+
+static void abort_from_another_thread_resets_the_peer(void **state)
+{
+	peer_reads_after_the_end(true, false);
+}
+
+static void abort_on_the_loop_thread_resets_the_peer(void **state)
+{
+	peer_reads_after_the_end(true, true);
+}
+
+static void close_ends_the_peers_stream_after_its_bytes(void **state)
+{
+	peer_reads_after_the_end(false, false);
+}
+
 /* ---- accepting when fds run out ---- */
 
 #define ACCEPTED_MAX 8
@@ -1843,6 +1903,9 @@ int main(void)
 		cmocka_unit_test(forwarded_bytes_cross_loops_and_outlive_their_connection),
 		cmocka_unit_test(shutdown_from_another_thread_sends_the_end_after_the_flushed_bytes),
 		cmocka_unit_test(shutdown_on_the_loop_thread_sends_the_end_after_the_flushed_bytes),
+		cmocka_unit_test(abort_from_another_thread_resets_the_peer),
+		cmocka_unit_test(abort_on_the_loop_thread_resets_the_peer),
+		cmocka_unit_test(close_ends_the_peers_stream_after_its_bytes),
 		cmocka_unit_test_teardown(accepting_pauses_when_fds_run_out_and_resumes_when_one_is_freed,
 					  restore_nofile),
 		cmocka_unit_test_teardown(a_listener_closed_while_paused_is_forgotten, restore_nofile),

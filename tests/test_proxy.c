@@ -142,6 +142,16 @@ static bool reads_eof(int fd)
 	return r == 0;
 }
 
+/* True when reading on ends in a reset (ECONNRESET), not the end of the stream; bytes before it are skipped. */
+static bool reads_reset(int fd)
+{
+	char buf[256];
+	ssize_t r;
+	while ((r = recv(fd, buf, sizeof(buf), 0)) > 0 || (r < 0 && errno == EINTR))
+		;
+	return r < 0 && errno == ECONNRESET;
+}
+
 /* Closes with a reset (SO_LINGER 0): the peer's next read fails with ECONNRESET. */
 static void close_with_reset(int fd)
 {
@@ -243,7 +253,7 @@ static void upstreams_half_close_reaches_the_client_and_the_client_can_still_sen
 	close(up);
 }
 
-/* One side sends a few bytes through, then resets: the other side's connection ends. */
+/* One side sends a few bytes through, then resets: the other side is reset too, never told the stream ended. */
 static void reset_on_one_side_ends_the_other(struct fx *f, bool client_resets)
 {
 	int fds[2];
@@ -255,7 +265,7 @@ static void reset_on_one_side_ends_the_other(struct fx *f, bool client_resets)
 	assert_true(su_send_str(resets, "abc"));
 	assert_true(su_recv_all(other, got, 3));
 	close_with_reset(resets);
-	assert_true(su_peer_closed(other));
+	assert_true(reads_reset(other));
 	close(other);
 }
 
@@ -269,7 +279,7 @@ static void an_upstream_reset_closes_its_client(void **state)
 	reset_on_one_side_ends_the_other(*state, false);
 }
 
-/* Nothing listens upstream: the client's connection ends, and the proxy serves the next one. */
+/* Nothing listens upstream: the client is reset, and the proxy serves the next one. */
 static void a_refused_upstream_ends_the_client_and_the_proxy_goes_on(void **state)
 {
 	struct fx *f = *state;
@@ -278,7 +288,7 @@ static void a_refused_upstream_ends_the_client_and_the_proxy_goes_on(void **stat
 	for (int i = 0; i < 3; i++) {
 		int cl = su_connect(f->port);
 		assert_true(cl >= 0);
-		assert_true(su_peer_closed(cl));
+		assert_true(reads_reset(cl));
 		close(cl);
 	}
 }
@@ -289,7 +299,7 @@ static void an_upstream_that_never_answers_ends_the_client_after_the_connect_tim
 	struct fx *f = *state;
 	int cl = su_connect(f->port);
 	assert_true(cl >= 0);
-	assert_true(su_peer_closed(cl)); /* within SU_TIMEOUT_S; the kernel would retry for minutes */
+	assert_true(reads_reset(cl)); /* within SU_TIMEOUT_S; the kernel would retry for minutes */
 	close(cl);
 }
 

@@ -8,6 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 /* One loop, its thread and listener, and what runs on it (touched on the loop thread only). */
 struct serve_worker {
@@ -271,18 +275,53 @@ static int worker_init(struct serve *srv, int i, const struct serve_opts *o)
 	return 0;
 }
 
+/*
+ * perch_listen sets SO_REUSEPORT (a loop per thread shares the port), and
+ * so would join another server's listener on it without a word: a bind
+ * without the option finds such a listener first. 0, -EADDRINUSE, or
+ * -EINVAL for a host that is not a numeric address.
+ */
+static int port_is_free(const char *host, int port)
+{
+	struct sockaddr_storage ss = { 0 };
+	struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+	socklen_t len;
+	if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+		in4->sin_family = AF_INET;
+		in4->sin_port = htons((uint16_t)port);
+		len = sizeof(*in4);
+	} else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons((uint16_t)port);
+		len = sizeof(*in6);
+	} else {
+		return -EINVAL;
+	}
+	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, rc = 0;
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)); /* as perch_listen: TIME_WAIT is no owner */
+	if (bind(fd, (struct sockaddr *)&ss, len) != 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
 int serve_start(const struct serve_opts *o, const struct serve_proto *proto, void *app,
 		struct serve **out)
 {
 	if (!o || !proto || !(proto->on_data || proto->accept) || !out || o->threads < 1)
 		return -EINVAL;
+	int rc = o->port ? port_is_free(o->host, o->port) : 0;
+	if (rc != 0)
+		return rc;
 	struct serve *srv = calloc(1, sizeof(*srv) + (size_t)o->threads * sizeof(srv->wk[0]));
 	if (!srv)
 		return -ENOMEM;
 	srv->proto = proto;
 	srv->app = app;
 	srv->nworkers = o->threads;
-	int rc = 0;
 	for (int i = 0; i < o->threads && rc == 0; i++)
 		rc = worker_init(srv, i, o);
 	for (int i = 0; i < o->threads && rc == 0; i++) {
@@ -450,7 +489,9 @@ int serve_main(int argc, char **argv, const char *prog, serve_start_fn start, se
 		return 1;
 	}
 	/* What the loop really runs: io_uring refused falls back to epoll (one line on stderr says why). */
-	printf("%s: listening on %s:%d, %d thread%s, backend %s\n", prog, o.host, serve_port(srv),
+	bool v6 = strchr(o.host, ':') != NULL;
+	printf("%s: listening on %s%s%s:%d, %d thread%s, backend %s\n", prog, v6 ? "[" : "", o.host,
+	       v6 ? "]" : "", serve_port(srv),
 	       o.threads, o.threads == 1 ? "" : "s", perch_loop_backend_name(srv->wk[0].loop));
 	fflush(stdout);
 	int sig;

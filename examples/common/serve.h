@@ -107,7 +107,10 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 /*
  * Starts o->threads loops, each on its own thread with a listener on the
  * same port, whose connections run `proto` with `app`. Returns 0 with *out
- * set, or a negative errno (perch_loop_new's, perch_listen's, -ENOMEM).
+ * set, or a negative errno: -EADDRINUSE when a socket already holds a
+ * port asked for (another perch server's SO_REUSEPORT listener included,
+ * which perch_listen alone would share the port with), perch_loop_new's,
+ * perch_listen's, -ENOMEM.
  */
 int serve_start(const struct serve_opts *o, const struct serve_proto *proto, void *app,
 		struct serve **out);

@@ -5,7 +5,9 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 struct proxy_session;
 
@@ -21,6 +23,7 @@ struct pump {
 
 struct proxy_session {
 	struct serve_item item;        /* first: a session is its item */
+	const struct proxy_target *to;
 	struct perch_conn *client;     /* NULL once stopped while connecting */
 	struct perch_conn *upstream;   /* NULL until connected */
 	struct pump up, down;          /* client -> upstream, upstream -> client */
@@ -30,28 +33,31 @@ struct proxy_session {
 
 /* ---- ending ---- */
 
-/* Before the upstream connected: the client alone. */
+/* Before the upstream connected: the client alone, with a reset (it was promised a connection). */
 static void session_drop_client(struct proxy_session *ps)
 {
 	serve_untrack(&ps->item);
-	perch_conn_close(ps->client);
+	perch_conn_abort(ps->client);
 	perch_conn_release(ps->client);
 	ps->client = NULL;
 }
 
 /*
- * Cuts both sides: the closes deliver whatever read or flush was parked
- * (its continuation sees `ending` and returns), then the adapters and the
- * connections go.
+ * Ends both sides: closed when both ended cleanly (their FINs were passed
+ * on), aborted when the session is cut (a reset, a failed flush, a stop),
+ * so that each peer sees its stream fail rather than end. The closes
+ * deliver whatever read or flush was parked (its continuation sees
+ * `ending` and returns), then the adapters and the connections go.
  */
-static void session_end(struct proxy_session *ps)
+static void session_end(struct proxy_session *ps, bool cut)
 {
 	if (ps->ending)
 		return;
 	ps->ending = true;
+	int (*end)(struct perch_conn *c) = cut ? perch_conn_abort : perch_conn_close;
 	serve_untrack(&ps->item);
-	perch_conn_close(ps->client);
-	perch_conn_close(ps->upstream);
+	end(ps->client);
+	end(ps->upstream);
 	perch_pipe_reader_free(ps->up.r);
 	perch_pipe_writer_free(ps->up.w);
 	perch_pipe_reader_free(ps->down.r);
@@ -69,21 +75,22 @@ static void pump_run(struct pump *p);
 /*
  * After a flush with `result`: false to read on; true when the pump is
  * done or the session ended (then p may be freed). A side that ended is
- * passed on only after every byte before its end was flushed: a failed
- * flush cut the stream short, and a FIN would say it ended cleanly.
+ * passed on only after every byte before its end was flushed: after a
+ * failed flush the stream was cut short, and the session is cut with
+ * resets, never a FIN that would say it ended cleanly.
  */
 static bool pump_stops_after_flush(struct pump *p, int result)
 {
 	struct proxy_session *ps = p->ps;
 	if (result != 0 || (p->src_ended && perch_conn_shutdown(p->dst) != 0)) {
-		session_end(ps);
+		session_end(ps, true);
 		return true;
 	}
 	if (!p->src_ended)
 		return false;
 	p->done = true;
 	if (ps->up.done && ps->down.done)
-		session_end(ps);
+		session_end(ps, false);
 	return true;
 }
 
@@ -93,7 +100,7 @@ static void pump_read_ready(void *arg, int64_t result)
 	if (p->ps->ending)
 		return;
 	if (result < 0)
-		session_end(p->ps);
+		session_end(p->ps, true);
 	else
 		pump_run(p);
 }
@@ -122,7 +129,7 @@ static void pump_run(struct pump *p)
 			return;
 		if (rc != 0 || res.error || res.closed || res.canceled ||
 		    perch_pipe_forward(p->r, res.len, res.len, p->w) != 0) {
-			session_end(p->ps);
+			session_end(p->ps, true);
 			return;
 		}
 		p->src_ended = res.completed;
@@ -143,6 +150,32 @@ static int pump_init(struct pump *p, struct proxy_session *ps, struct perch_conn
 
 /* ---- connecting ---- */
 
+#define UPSTREAM_LOG_MS 10000.0 /* at most one line a loop thread this often: a dead upstream fails every client */
+
+static double mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Says why clients are being reset: a mistyped --to looks like a proxy hanging up otherwise. */
+static void upstream_failed(const struct proxy_target *to, int err)
+{
+	static _Thread_local double logged_at;
+	static _Thread_local unsigned unlogged;
+	unlogged++;
+	double now = mono_ms();
+	if (logged_at != 0 && now - logged_at < UPSTREAM_LOG_MS)
+		return;
+	bool v6 = strchr(to->host, ':') != NULL;
+	fprintf(stderr, "proxy: upstream %s%s%s:%d: %s (%u client%s reset since the last line)\n",
+		v6 ? "[" : "", to->host, v6 ? "]" : "", to->port, strerror(-err), unlogged,
+		unlogged == 1 ? "" : "s");
+	logged_at = now;
+	unlogged = 0;
+}
+
 static void on_upstream(struct perch_loop *loop, struct perch_conn *c, int result, void *arg)
 {
 	struct proxy_session *ps = arg;
@@ -155,14 +188,15 @@ static void on_upstream(struct perch_loop *loop, struct perch_conn *c, int resul
 		return;
 	}
 	if (result != 0) {
-		session_drop_client(ps); /* refused, unreachable or timed out: the client's connection ends */
+		upstream_failed(ps->to, result);
+		session_drop_client(ps); /* refused, unreachable or timed out: the client is reset */
 		free(ps);
 		return;
 	}
 	ps->upstream = c;
 	ps->held = true;
 	if (pump_init(&ps->up, ps, ps->client, c) != 0 || pump_init(&ps->down, ps, c, ps->client) != 0)
-		session_end(ps);
+		session_end(ps, true);
 	if (!ps->ending)
 		pump_run(&ps->up);
 	if (!ps->ending)
@@ -177,7 +211,7 @@ static void session_stop(struct serve_item *it)
 {
 	struct proxy_session *ps = (struct proxy_session *)it;
 	if (ps->upstream)
-		session_end(ps);
+		session_end(ps, true);
 	else
 		session_drop_client(ps); /* on_upstream frees ps, at the latest from perch_loop_free */
 }
@@ -190,6 +224,7 @@ static void proxy_accept(struct serve_worker *wk, struct perch_conn *c, void *ap
 		perch_conn_release(c); /* out of memory: refuse this one, keep serving the others */
 		return;
 	}
+	ps->to = to;
 	ps->client = c;
 	ps->item.stop = session_stop;
 	serve_track(wk, &ps->item);

@@ -15,7 +15,13 @@ static int start(const struct serve_opts *o, struct serve **out)
 	return proxy_start(o, &target, out);
 }
 
-/* The value of option `name` at argv[*i] ("--name V" or "--name=V"), stepping *i past it; NULL if argv[*i] is another. */
+static const char missing[] = "";
+
+/*
+ * The value of option `name` at argv[*i] ("--name V" or "--name=V"),
+ * stepping *i past it; `missing` when it has none; NULL if argv[*i] is
+ * another option.
+ */
 static const char *own_option(char **argv, int argc, int *i, const char *name)
 {
 	size_t n = strlen(name);
@@ -23,18 +29,36 @@ static const char *own_option(char **argv, int argc, int *i, const char *name)
 		return NULL;
 	if (argv[*i][n] == '=')
 		return argv[*i] + n + 1;
-	if (argv[*i][n] == '\0' && *i + 1 < argc)
-		return argv[++*i];
-	return NULL;
+	if (argv[*i][n] != '\0')
+		return NULL;
+	return *i + 1 < argc ? argv[++*i] : missing;
+}
+
+/* Takes option `name`'s value into *into; false (said on stderr) when it has none or came twice. */
+static bool take(const char *v, const char *name, const char **into)
+{
+	if (v == missing || *into) {
+		fprintf(stderr, "proxy: %s %s\n", name, v == missing ? "needs a value" : "given twice");
+		return false;
+	}
+	*into = v;
+	return true;
+}
+
+/* The exit status of a bad command line, after the usage line. */
+static int usage_error(void)
+{
+	fprintf(stderr, "usage: proxy --to HOST:PORT [--connect-timeout MS] [OPTIONS] (proxy --help lists them)\n");
+	return 2;
 }
 
 static int bad(const char *what, const char *value)
 {
 	if (value)
-		fprintf(stderr, "proxy: bad value '%s' for %s\n%s", value, what, serve_extra_usage);
+		fprintf(stderr, "proxy: bad value '%s' for %s\n", value, what);
 	else
-		fprintf(stderr, "proxy: %s is required\n%s", what, serve_extra_usage);
-	return 2;
+		fprintf(stderr, "proxy: %s is required\n", what);
+	return usage_error();
 }
 
 /* The proxy's own options are taken out of the line before the shared ones are parsed. */
@@ -42,18 +66,22 @@ int main(int argc, char **argv)
 {
 	serve_extra_usage =
 		"  --to HOST:PORT  where each client is connected (numeric; [V6]:PORT for IPv6); required\n"
-		"  --connect-timeout MS  a client whose upstream has not answered by then is closed\n"
-		"                        (default 5000; 0: the kernel's own, minutes)\n";
+		"  --connect-timeout MS  a client whose upstream has not answered by then is reset\n"
+		"                        (default 5000; 0: the kernel's own, minutes, each waiting\n"
+		"                        client holding two sockets meanwhile, even one that left)\n";
 	const char *to = NULL, *timeout = NULL, *v;
 	bool help = false;
 	int n = 1;
 	for (int i = 1; i < argc; i++) {
+		bool ok = true;
 		if ((v = own_option(argv, argc, &i, "--to")))
-			to = v;
+			ok = take(v, "--to", &to);
 		else if ((v = own_option(argv, argc, &i, "--connect-timeout")))
-			timeout = v;
+			ok = take(v, "--connect-timeout", &timeout);
 		else
 			help |= strcmp(argv[n++] = argv[i], "--help") == 0;
+		if (!ok)
+			return usage_error();
 	}
 	argv[n] = NULL;
 	if (help)
@@ -64,9 +92,13 @@ int main(int argc, char **argv)
 		char *end;
 		errno = 0;
 		unsigned long ms = strtoul(timeout, &end, 10);
-		if (errno || end == timeout || *end || timeout[0] == '-' || ms > PERCH_CONNECT_TIMEOUT_MAX_MS)
+		if (errno || timeout[0] < '0' || timeout[0] > '9' || *end || ms > PERCH_CONNECT_TIMEOUT_MAX_MS)
 			return bad("--connect-timeout", timeout);
 		target.connect_timeout_ms = (unsigned)ms;
 	}
+	bool v6 = strchr(target.host, ':') != NULL;
+	printf("proxy: each client to %s%s%s:%d, connect timeout %u ms%s\n", v6 ? "[" : "", target.host,
+	       v6 ? "]" : "", target.port, target.connect_timeout_ms,
+	       target.connect_timeout_ms ? "" : " (none: the kernel's)");
 	return serve_main(n, argv, "proxy", start, proxy_stop);
 }

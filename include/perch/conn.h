@@ -193,7 +193,7 @@ PERCH_API int perch_conn_flush(struct perch_conn *c, struct perch_vtask_handle *
  * end of the stream (a TCP FIN), while reading goes on both ways; a proxy
  * passes one side's end on to the other with it. Call it as the writer,
  * once the last flush completed with 0 (after a failed one the stream is
- * cut short: close instead): -EBUSY while the kernel holds a flush's bytes
+ * cut short: perch_conn_abort instead): -EBUSY while the kernel holds a flush's bytes
  * (also after a pipe flush's cancel, until its send completes) or bytes
  * are staged (flush them first; nothing changes). Returns 0, also
  * when already shut; -EPIPE when closed; -EOPNOTSUPP for a connection
@@ -215,6 +215,18 @@ PERCH_API int perch_conn_shutdown(struct perch_conn *c);
  * -EINVAL.
  */
 PERCH_API int perch_conn_close(struct perch_conn *c);
+
+/*
+ * Closes as perch_conn_close does, but the peer sees its stream fail, not
+ * end: the socket is closed with a reset (SO_LINGER 0), so the peer's reads
+ * get ECONNRESET instead of the end of the stream, and what it had not
+ * read yet is dropped. For a stream cut short, where a FIN would say it
+ * ended cleanly: a proxy passing a failure on, a protocol error. After a
+ * close it changes nothing (the close's FIN is on its way). A connection
+ * with no socket of its own (an in-memory pipe's) is simply closed. Any
+ * thread. Returns 0 or -EINVAL.
+ */
+PERCH_API int perch_conn_abort(struct perch_conn *c);
 
 /*
  * Drops the caller's reference (closing first when still open). The memory
