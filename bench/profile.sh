@@ -4,7 +4,7 @@ set -euo pipefail
 
 usage() {
 	cat >&2 <<'EOF'
-usage: bench/profile.sh [-d SECS] [-b BUILDDIR] [-o OUTDIR] [-m perf|syscalls|strace|ops|all] [-q PERCENT] [-s SERVER] LOAD...
+usage: bench/profile.sh [-d SECS] [-b BUILDDIR] [-o OUTDIR] [-m perf|syscalls|strace|ops|tcp|all] [-q PERCENT] [-s SERVER] LOAD...
 
 Loads (loopback only; each client stops by itself, every tool runs under a timeout):
   echo-pingpong   bench/echo_client --mode pingpong, 50 connections x 64 B
@@ -40,6 +40,10 @@ TCP segments the kernel received while running on the server's behalf, split by 
 took them: the server's own (loopback data from the client, processed when the server released
 its socket) or the client's (the server's sends delivered, with the client's wakeup, on the
 server's CPU). The tracing slows the server: read ratios between servers, not absolute counts.
+-m tcp: nstat's TCP counters over the client's run, per request: segments in and out
+(TcpInSegs, TcpOutSegs: on loopback both ends are counted, so a request and its answer in one
+segment each read 2.000 in and 2.000 out), pure ACKs, delayed ACKs, retransmits. nstat counts
+every socket of the network namespace: run it on a quiet machine.
 -m all: one run of each of perf, syscalls and strace (separate server starts: the tracers
 would distort each other).
 
@@ -83,7 +87,7 @@ while getopts "d:b:o:m:s:q:h" opt; do
 done
 shift $((OPTIND - 1))
 (($#)) || usage
-[[ $MODE =~ ^(perf|syscalls|strace|ops|all)$ ]] || { echo "profile.sh: -m takes perf, syscalls, strace, ops or all" >&2; usage; }
+[[ $MODE =~ ^(perf|syscalls|strace|ops|tcp|all)$ ]] || { echo "profile.sh: -m takes perf, syscalls, strace, ops, tcp or all" >&2; usage; }
 [[ -z $QUOTA || $QUOTA =~ ^[0-9]+$ ]] || { echo "profile.sh: -q takes a whole percent" >&2; usage; }
 [[ $SECS =~ ^[0-9]+$ ]] || { echo "profile.sh: -d takes whole seconds" >&2; usage; }
 BUILD=$(readlink -f "$BUILD")
@@ -308,6 +312,21 @@ profile_ops() { # load port cmd
 				for (op in ops) printf "submitted %-12s %10d %8.4f per request\n", op, ops[op], n ? ops[op] / n : 0
 				for (s in seg) printf "segments received by %-20s %10d %8.4f per request\n", s, seg[s], n ? seg[s] / n : 0
 			}' | sort
+	} >"$report"
+	sed 's/^/  /' "$report"
+}
+
+# TCP segments and ACKs per request, from nstat's counters (the whole network namespace).
+profile_tcp() { # load port cmd
+	local report=$OUT/$1-$SERVER.tcp.txt res req
+	have nstat || { echo "profile.sh: -m tcp needs nstat (iproute2)" >&2; exit 1; }
+	nstat -n >/dev/null # the counters now become the history the next nstat subtracts
+	res=$(run_client "$1" "$2")
+	read -r req _ _ _ <<<"$res"
+	{
+		echo "# $1 on $SERVER ($3)${QUOTA:+, under a quota of $QUOTA% of a CPU}: nstat over the client's run (every socket of the network namespace, both ends), $req requests"
+		nstat -z 2>/dev/null | awk -v n="$req" '$1 ~ /^(TcpInSegs|TcpOutSegs|TcpRetransSegs|TcpExtTCPPureAcks|TcpExtDelayedACKs|TcpExtTCPOrigDataSent)$/ {
+			printf "%-24s %10d %8.3f per request\n", $1, $2, n ? $2 / n : 0 }'
 	} >"$report"
 	sed 's/^/  /' "$report"
 }

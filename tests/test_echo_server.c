@@ -94,7 +94,6 @@ static void fin_after_bytes_gets_the_bytes_then_a_close(void **state)
 	close(fd);
 }
 
-/* Clients left connected when the server stops are closed by the stop (teardown checks the fds). */
 /* A second server asked for the first one's port is refused: perch_listen alone would share it (SO_REUSEPORT). */
 static void a_port_another_server_holds_is_refused(void **state)
 {
@@ -116,6 +115,31 @@ static void a_port_another_server_holds_is_refused(void **state)
 	close(fd);
 }
 
+/* The check binds as perch_listen does: "::" is IPv6 only, so an IPv4 listener on the port does not hold it. */
+static void an_ipv4_listener_does_not_hold_the_port_for_ipv6(void **state)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(fd, 4), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	struct serve_opts o;
+	serve_opts_default(&o);
+	o.host = "::";
+	o.port = ntohs(a.sin_port);
+	struct serve *v6 = NULL;
+	assert_int_equal(echo_start(&o, &v6), 0);
+	echo_stop(v6);
+	o.host = NULL;
+	assert_int_equal(echo_start(&o, &v6), -EINVAL);
+	o.host = "127.0.0.1";
+	o.port = 65536;
+	assert_int_equal(echo_start(&o, &v6), -EINVAL);
+	close(fd);
+}
+
+/* Clients left connected when the server stops are closed by the stop (teardown checks the fds). */
 static void stop_closes_clients_still_connected(void **state)
 {
 	struct su_server *f = *state;
@@ -164,6 +188,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(fin_after_bytes_gets_the_bytes_then_a_close, setup, teardown),
 		cmocka_unit_test_setup_teardown(a_port_another_server_holds_is_refused, setup, teardown),
+		cmocka_unit_test(an_ipv4_listener_does_not_hold_the_port_for_ipv6),
 		cmocka_unit_test_setup_teardown(stop_closes_clients_still_connected, setup, teardown),
 		cmocka_unit_test_setup_teardown(stop_with_a_flush_waiting_on_a_client_that_does_not_read, setup,
 						teardown),

@@ -278,7 +278,8 @@ static int worker_init(struct serve *srv, int i, const struct serve_opts *o)
 /*
  * perch_listen sets SO_REUSEPORT (a loop per thread shares the port), and
  * so would join another server's listener on it without a word: a bind
- * without the option finds such a listener first. 0, -EADDRINUSE, or
+ * without the option finds such a listener first (best effort: two
+ * servers starting at the same instant may both pass). 0, -EADDRINUSE, or
  * -EINVAL for a host that is not a numeric address.
  */
 static int port_is_free(const char *host, int port)
@@ -302,6 +303,8 @@ static int port_is_free(const char *host, int port)
 	if (fd < 0)
 		return -errno;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)); /* as perch_listen: TIME_WAIT is no owner */
+	if (ss.ss_family == AF_INET6) /* as perch_listen: "::" must not collide with IPv4 listeners */
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
 	if (bind(fd, (struct sockaddr *)&ss, len) != 0)
 		rc = -errno;
 	close(fd);
@@ -311,7 +314,8 @@ static int port_is_free(const char *host, int port)
 int serve_start(const struct serve_opts *o, const struct serve_proto *proto, void *app,
 		struct serve **out)
 {
-	if (!o || !proto || !(proto->on_data || proto->accept) || !out || o->threads < 1)
+	if (!o || !o->host || o->port < 0 || o->port > 65535 || !proto ||
+	    !(proto->on_data || proto->accept) || !out || o->threads < 1)
 		return -EINVAL;
 	int rc = o->port ? port_is_free(o->host, o->port) : 0;
 	if (rc != 0)
@@ -483,8 +487,9 @@ int serve_main(int argc, char **argv, const char *prog, serve_start_fn start, se
 	if (rc != 0) {
 		/* A loop refused before any listen: the backend named in the environment is the usual cause. */
 		const char *be = getenv("PERCH_BACKEND");
-		fprintf(stderr, "%s: cannot start its loops or listen on %s:%d: %s%s%s%s\n", prog, o.host,
-			o.port, strerror(-rc), rc == -EINVAL && be ? " (PERCH_BACKEND=" : "",
+		bool v6 = strchr(o.host, ':') != NULL;
+		fprintf(stderr, "%s: cannot start its loops or listen on %s%s%s:%d: %s%s%s%s\n", prog,
+			v6 ? "[" : "", o.host, v6 ? "]" : "", o.port, strerror(-rc), rc == -EINVAL && be ? " (PERCH_BACKEND=" : "",
 			rc == -EINVAL && be ? be : "", rc == -EINVAL && be ? ": uring, io_uring or epoll?)" : "");
 		return 1;
 	}

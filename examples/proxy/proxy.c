@@ -229,7 +229,9 @@ static void proxy_accept(struct serve_worker *wk, struct perch_conn *c, void *ap
 	ps->item.stop = session_stop;
 	serve_track(wk, &ps->item);
 	struct perch_conn_opts co = { .connect_timeout_ms = to->connect_timeout_ms };
-	if (perch_connect(serve_worker_loop(wk), to->host, to->port, &co, on_upstream, ps) != 0) {
+	int rc = perch_connect(serve_worker_loop(wk), to->host, to->port, &co, on_upstream, ps);
+	if (rc != 0) {
+		upstream_failed(to, rc);
 		session_drop_client(ps);
 		free(ps);
 	}

@@ -218,9 +218,11 @@ PERCH_API int perch_conn_close(struct perch_conn *c);
 
 /*
  * Closes as perch_conn_close does, but the peer sees its stream fail, not
- * end: the socket is closed with a reset (SO_LINGER 0), so the peer's reads
- * get ECONNRESET instead of the end of the stream, and what it had not
- * read yet is dropped. For a stream cut short, where a FIN would say it
+ * end: the socket is closed with a reset (SO_LINGER 0), so the peer reads
+ * what it already received, then ECONNRESET instead of the end of the
+ * stream; bytes not yet delivered to it are lost. (After this side's FIN,
+ * perch_conn_shutdown, the peer's reads still end cleanly: only its
+ * writes fail.) For a stream cut short, where a FIN would say it
  * ended cleanly: a proxy passing a failure on, a protocol error. After a
  * close it changes nothing (the close's FIN is on its way). A connection
  * with no socket of its own (an in-memory pipe's) is simply closed. Any
