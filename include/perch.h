@@ -7,5 +7,6 @@
 #include <perch/conn.h>
 #include <perch/loop.h>
 #include <perch/pipe.h>
+#include <perch/timer.h>
 
 #endif /* PERCH_H */

@@ -8,6 +8,7 @@
 #include <sys/uio.h>
 
 #include <perch/loop.h>
+#include <perch/timer.h>
 
 #include "conn_internal.h"
 
@@ -67,8 +68,7 @@ struct perch__sock {
 	void *connect_arg;
 	struct perch__msg connect_msg;
 	double connect_deadline_ms;  /* CLOCK_MONOTONIC; 0: no timeout */
-	struct perch__sock *deadline_prev, *deadline_next; /* on loop->deadlines while it waits */
-	bool on_deadlines;
+	struct perch_timer connect_timer; /* armed for connect_deadline_ms while the connect waits */
 
 	/* ---- listeners ---- */
 	perch_accept_fn on_accept;
@@ -149,6 +149,11 @@ struct perch__backend {
 #define PERCH__ACCEPT_RETRY_MS 100  /* a listener paused for want of fds tries again after this */
 #define PERCH__ACCEPT_LOG_MS 10000  /* at most one line a listener about failed accepts */
 
+/* A list of timers (lib/timer.c). */
+struct perch__timer_list {
+	struct perch_timer *head, *tail;
+};
+
 struct perch_loop {
 	/* ---- any thread ---- */
 	ck_stack_t inbox CK_CC_CACHELINE;
@@ -172,7 +177,8 @@ struct perch_loop {
 	uint32_t txbuf_pooled;       /* at most PERCH__TXBUF_POOL_MAX */
 	struct perch__sock *accept_paused; /* listeners out of fds, resumed when a socket closes */
 	double accept_paused_at_ms;        /* when the first of them paused (CLOCK_MONOTONIC) */
-	struct perch__sock *deadlines, *deadlines_last; /* timed connects, soonest first */
+	struct perch__timer_list timers;        /* armed timers (timed connects too), soonest first */
+	struct perch__timer_list timers_firing; /* due ones, while perch__timers_expire runs them */
 	struct {
 		uint64_t enobufs_parks;   /* recvs parked for want of buffers */
 		uint64_t recv_pauses;     /* backpressure pauses */
@@ -223,6 +229,21 @@ void perch__loop_sent(struct perch__sock *s, int res);
 int perch__loop_tx_iov(struct perch__sock *s, struct iovec *iov, int max);
 /* Every completion of the socket came and its fd is closed: leaves the table. */
 void perch__loop_sock_closed(struct perch__sock *s);
+
+/* ---- timers (lib/timer.c; loop thread) ---- */
+
+/* CLOCK_MONOTONIC in milliseconds. */
+double perch__now_ms(void);
+/* Whether this thread owns the loop, claiming it if no thread has yet (as a turn does). */
+bool perch__loop_claim(struct perch_loop *loop);
+/* Arms (or re-arms) t for due_ms, with no thread check: the loop's own timers. */
+void perch__timer_arm_at(struct perch_timer *t, double due_ms);
+/* Disarms t wherever it waits; a disarmed timer is left alone. */
+void perch__timer_disarm(struct perch_timer *t);
+/* The soonest armed timer's due time; false when none is armed. */
+bool perch__timers_soonest(const struct perch_loop *loop, double *due_ms);
+/* After a turn's completions: runs every timer due now, soonest first. */
+void perch__timers_expire(struct perch_loop *loop);
 
 extern const struct perch__backend perch__uring_backend;
 extern const struct perch__backend perch__epoll_backend;

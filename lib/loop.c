@@ -331,13 +331,6 @@ static struct perch__sock *conn_sock_new(struct perch_loop *loop, int fd,
 	return s;
 }
 
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* ================= accepting without fds: pause, and resume when one is freed ================= */
 
 /*
@@ -378,7 +371,7 @@ static void pause_accepting(struct perch__sock *ls)
 	if (ls->accept_paused)
 		return;
 	if (!loop->accept_paused)
-		loop->accept_paused_at_ms = now_ms();
+		loop->accept_paused_at_ms = perch__now_ms();
 	ls->accept_paused = true;
 	ls->accept_paused_next = loop->accept_paused;
 	loop->accept_paused = ls;
@@ -389,72 +382,25 @@ static void pause_accepting(struct perch__sock *ls)
 /* The sooner of a wait of timeout_ms (-1: none) and one until at_ms, rounded up. */
 static int sooner(int timeout_ms, double at_ms)
 {
-	double left = at_ms - now_ms();
+	double left = at_ms - perch__now_ms();
 	int ms = left > 0 ? (int)left + 1 : 0;
 	return timeout_ms < 0 || ms < timeout_ms ? ms : timeout_ms;
 }
 
-/* How long a turn may sleep: a paused listener's retry and the soonest connect timeout bound it. */
+/* How long a turn may sleep: a paused listener's retry and the soonest timer bound it. */
 static int turn_timeout(struct perch_loop *loop, int timeout_ms)
 {
+	double due_ms;
 	if (loop->accept_paused)
 		timeout_ms = sooner(timeout_ms, loop->accept_paused_at_ms + PERCH__ACCEPT_RETRY_MS);
-	if (loop->deadlines)
-		timeout_ms = sooner(timeout_ms, loop->deadlines->connect_deadline_ms);
+	if (perch__timers_soonest(loop, &due_ms))
+		timeout_ms = sooner(timeout_ms, due_ms);
 	return timeout_ms;
-}
-
-/* Connects that time out, by their deadline: from the tail, since timeouts are mostly alike. */
-static void deadline_add(struct perch__sock *s)
-{
-	struct perch_loop *loop = s->loop;
-	struct perch__sock *after = loop->deadlines_last;
-	while (after && after->connect_deadline_ms > s->connect_deadline_ms)
-		after = after->deadline_prev;
-	s->deadline_prev = after;
-	s->deadline_next = after ? after->deadline_next : loop->deadlines;
-	if (s->deadline_next)
-		s->deadline_next->deadline_prev = s;
-	else
-		loop->deadlines_last = s;
-	if (after)
-		after->deadline_next = s;
-	else
-		loop->deadlines = s;
-	s->on_deadlines = true;
-}
-
-static void deadline_remove(struct perch__sock *s)
-{
-	if (!s->on_deadlines)
-		return;
-	struct perch_loop *loop = s->loop;
-	if (s->deadline_prev)
-		s->deadline_prev->deadline_next = s->deadline_next;
-	else
-		loop->deadlines = s->deadline_next;
-	if (s->deadline_next)
-		s->deadline_next->deadline_prev = s->deadline_prev;
-	else
-		loop->deadlines_last = s->deadline_prev;
-	s->on_deadlines = false;
-}
-
-/*
- * After the turn's completions: a connect they did not finish whose
- * timeout passed is reported -ETIMEDOUT (perch__loop_connected closes it,
- * and its own completion, when it comes, finds the callback gone).
- */
-static void expire_connects(struct perch_loop *loop)
-{
-	double now = loop->deadlines ? now_ms() : 0;
-	while (loop->deadlines && loop->deadlines->connect_deadline_ms <= now)
-		perch__loop_connected(loop->deadlines, -ETIMEDOUT);
 }
 
 static void retry_paused_accepts(struct perch_loop *loop)
 {
-	if (loop->accept_paused && now_ms() >= loop->accept_paused_at_ms + PERCH__ACCEPT_RETRY_MS)
+	if (loop->accept_paused && perch__now_ms() >= loop->accept_paused_at_ms + PERCH__ACCEPT_RETRY_MS)
 		resume_accepting(loop);
 }
 
@@ -475,7 +421,7 @@ static void start_close(struct perch__sock *s)
 
 void perch__loop_sock_closed(struct perch__sock *s)
 {
-	deadline_remove(s); /* the connect was answered first; never left for a freed socket */
+	perch__timer_disarm(&s->connect_timer); /* the connect was answered first; never left for a freed socket */
 	table_remove(s->loop, s);
 	/*
 	 * Its fd is closed: a listener paused for want of one may have it. This
@@ -862,7 +808,7 @@ static void accept_failed(struct perch__sock *ls, int err)
 	ls->loop->stats.accept_errors++;
 	ls->accept_unlogged++;
 	bool pause = !accept_retry_at_once(err) && !ls->closing;
-	double now = now_ms();
+	double now = perch__now_ms();
 	if (ls->accept_logged_at_ms == 0 || now - ls->accept_logged_at_ms >= PERCH__ACCEPT_LOG_MS) {
 		fprintf(stderr, "perch: accept on port %d failed: %s (%u failed since the last line)%s\n",
 			ls->port, strerror(-err), ls->accept_unlogged,
@@ -901,7 +847,7 @@ void perch__loop_accepted(struct perch__sock *ls, int fd)
 
 void perch__loop_connected(struct perch__sock *s, int res)
 {
-	deadline_remove(s);
+	perch__timer_disarm(&s->connect_timer);
 	perch_connect_fn cb = s->on_connected;
 	void *arg = s->connect_arg;
 	s->on_connected = NULL;
@@ -919,6 +865,16 @@ void perch__loop_connected(struct perch__sock *s, int res)
 	cb(s->loop, s->conn, 0, arg);
 }
 
+/*
+ * Its timeout passed and the turn's completions did not answer it:
+ * perch__loop_connected closes the socket, and the connect's own
+ * completion, when it comes, finds the callback gone.
+ */
+static void connect_timed_out(struct perch_timer *t, void *arg)
+{
+	perch__loop_connected(arg, -ETIMEDOUT);
+}
+
 static void connect_start(struct perch__sock *s)
 {
 	if (table_insert(s->loop, s) != 0) {
@@ -930,7 +886,7 @@ static void connect_start(struct perch__sock *s)
 		return;
 	}
 	if (s->connect_deadline_ms)
-		deadline_add(s);
+		perch__timer_arm_at(&s->connect_timer, s->connect_deadline_ms);
 	s->loop->be->connect(s);
 }
 
@@ -983,7 +939,8 @@ int perch_connect(struct perch_loop *loop, const char *host, int port,
 	s->peer_len = len;
 	s->on_connected = on_connected;
 	s->connect_arg = arg;
-	s->connect_deadline_ms = o.connect_timeout_ms ? now_ms() + o.connect_timeout_ms : 0;
+	s->connect_deadline_ms = o.connect_timeout_ms ? perch__now_ms() + o.connect_timeout_ms : 0;
+	perch_timer_init(&s->connect_timer, loop, connect_timed_out, s);
 	if (perch_loop_is_current(loop)) {
 		connect_start(s);
 		return 0;
@@ -1199,6 +1156,11 @@ static bool claim_or_own(struct perch_loop *loop, uint32_t tid)
 	return perch__load_u32(&loop->owner_tid) == tid;
 }
 
+bool perch__loop_claim(struct perch_loop *loop)
+{
+	return claim_or_own(loop, (uint32_t)this_tid());
+}
+
 int perch_loop_run_once(struct perch_loop *loop, int timeout_ms)
 {
 	if (!loop)
@@ -1213,7 +1175,7 @@ int perch_loop_run_once(struct perch_loop *loop, int timeout_ms)
 	int posted = drain_inbox(loop);
 	/* Posted work counts as this turn's events: do not also sleep. */
 	int rc = loop->be->poll(loop, posted ? 0 : turn_timeout(loop, timeout_ms));
-	expire_connects(loop);
+	perch__timers_expire(loop);
 	retry_paused_accepts(loop);
 	current_loop = prev;
 	return rc < 0 ? rc : rc + posted;
@@ -1282,8 +1244,8 @@ void perch_loop_free(struct perch_loop *loop)
 		drain_inbox(loop);
 		close_all(loop);
 		/* Every socket leaves the table after its last completion; bounded, in case one never comes. */
-		double deadline = now_ms() + FREE_DRAIN_MS;
-		while (loop->live > 0 && now_ms() < deadline) {
+		double deadline = perch__now_ms() + FREE_DRAIN_MS;
+		while (loop->live > 0 && perch__now_ms() < deadline) {
 			loop->be->poll(loop, 50);
 			drain_inbox(loop);
 			close_all(loop);

@@ -128,6 +128,14 @@ static inline bool su_recv_all(int fd, void *p, size_t n)
 	return lu_read_all(fd, p, n);
 }
 
+/* CLOCK_MONOTONIC in milliseconds. */
+static inline double su_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
 /* True when the peer closed: the next read returns EOF (or a reset) before the timeout. */
 static inline bool su_peer_closed(int fd)
 {
@@ -178,13 +186,18 @@ struct su_server {
 	int fds_before;
 };
 
-/* Returns a started server, or NULL. */
-static inline struct su_server *su_start(serve_start_fn start, serve_stop_fn stop, int threads)
+#define SU_IDLE_MS 300        /* the idle timeout of the setup_idle fixture */
+
+/* Returns a started server (idle_ms: its idle timeout, 0 for the default), or NULL. */
+static inline struct su_server *su_start_idle(serve_start_fn start, serve_stop_fn stop, int threads,
+					      unsigned idle_ms)
 {
 	struct su_server *s = calloc(1, sizeof(*s));
 	struct serve_opts o;
 	serve_opts_default(&o);
 	o.threads = threads;
+	if (idle_ms)
+		o.idle_timeout_ms = idle_ms;
 	s->stop = stop;
 	s->fds_before = lu_count_fds();
 	if (start(&o, &s->srv) != 0) {
@@ -193,6 +206,11 @@ static inline struct su_server *su_start(serve_start_fn start, serve_stop_fn sto
 	}
 	s->port = serve_port(s->srv);
 	return s;
+}
+
+static inline struct su_server *su_start(serve_start_fn start, serve_stop_fn stop, int threads)
+{
+	return su_start_idle(start, stop, threads, 0);
 }
 
 /* Stops the server (if a test has not) and returns -1 when a descriptor outlived it. */
@@ -217,7 +235,11 @@ static inline int su_connect_to(void **state)
 	return fd;
 }
 
-/* The fixtures of a server test: setup (one loop), setup_two_loops, teardown (fails on a leaked fd). */
+/*
+ * The fixtures of a server test: setup (one loop), setup_two_loops,
+ * setup_idle (one loop, SU_IDLE_MS idle timeout), teardown (fails on a
+ * leaked fd).
+ */
 #define SU_FIXTURES(start, stop)                                                   \
 	static int setup(void **state)                                             \
 	{                                                                          \
@@ -226,6 +248,10 @@ static inline int su_connect_to(void **state)
 	static int setup_two_loops(void **state)                                   \
 	{                                                                          \
 		return (*state = su_start(start, stop, 2)) ? 0 : -1;               \
+	}                                                                          \
+	static __attribute__((unused)) int setup_idle(void **state)                \
+	{                                                                          \
+		return (*state = su_start_idle(start, stop, 1, SU_IDLE_MS)) ? 0 : -1; \
 	}                                                                          \
 	static int teardown(void **state)                                          \
 	{                                                                          \

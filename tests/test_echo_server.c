@@ -174,6 +174,59 @@ static void stop_with_a_flush_waiting_on_a_client_that_does_not_read(void **stat
 	free(out);
 }
 
+/* Never a byte: idle from its accept, so closed one idle timeout later (SU_IDLE_MS here). */
+static void a_client_that_never_sends_is_closed_after_the_idle_timeout(void **state)
+{
+	double start = su_now_ms();
+	int fd = su_connect_to(state);
+	assert_true(su_peer_closed(fd));
+	double took = su_now_ms() - start;
+	assert_true(took >= SU_IDLE_MS - 5);
+	assert_true(took < 5000);
+	close(fd);
+}
+
+/* The echo answers every byte: a stream that keeps flowing is never idle, however long it runs. */
+static void a_stream_longer_than_the_idle_timeout_is_not_cut(void **state)
+{
+	int fd = su_connect_to(state);
+	double end = su_now_ms() + 3 * SU_IDLE_MS;
+	char out[256], in[256];
+	for (int i = 0; su_now_ms() < end; i++) {
+		memset(out, 'a' + i % 26, sizeof(out));
+		assert_true(su_send(fd, out, sizeof(out)));
+		assert_true(su_recv_all(fd, in, sizeof(in)));
+		assert_memory_equal(in, out, sizeof(in));
+		usleep(20 * 1000);
+	}
+	close(fd);
+}
+
+/* serve_parse_args: --idle-timeout MS, 0 for never, the default without it; nonsense is refused. */
+static void the_idle_timeout_option_is_parsed_and_bad_values_refused(void **state)
+{
+	struct serve_opts o;
+	char *none[] = { "echo", NULL };
+	assert_int_equal(serve_parse_args(1, none, "echo", &o), 0);
+	assert_int_equal(o.idle_timeout_ms, SERVE_IDLE_TIMEOUT_MS);
+	char *set[] = { "echo", "--idle-timeout", "250", NULL };
+	assert_int_equal(serve_parse_args(3, set, "echo", &o), 0);
+	assert_int_equal(o.idle_timeout_ms, 250);
+	char *never[] = { "echo", "--idle-timeout", "0", NULL };
+	assert_int_equal(serve_parse_args(3, never, "echo", &o), 0);
+	assert_int_equal(o.idle_timeout_ms, 0);
+	static const char *bad[] = { "-1", "abc", "10ms", "", "86400001" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char *argv[] = { "echo", "--idle-timeout", (char *)bad[i], NULL };
+		assert_int_equal(serve_parse_args(3, argv, "echo", &o), -1);
+	}
+	serve_opts_default(&o);
+	o.idle_timeout_ms = PERCH_TIMER_MAX_MS + 1;
+	struct serve *srv = NULL;
+	assert_int_equal(echo_start(&o, &srv), -EINVAL);
+	assert_null(srv);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -192,6 +245,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(stop_closes_clients_still_connected, setup, teardown),
 		cmocka_unit_test_setup_teardown(stop_with_a_flush_waiting_on_a_client_that_does_not_read, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(a_client_that_never_sends_is_closed_after_the_idle_timeout,
+						setup_idle, teardown),
+		cmocka_unit_test_setup_teardown(a_stream_longer_than_the_idle_timeout_is_not_cut, setup_idle,
+						teardown),
+		cmocka_unit_test(the_idle_timeout_option_is_parsed_and_bad_values_refused),
 	};
 	return cmocka_run_group_tests_name("echo server", tests, NULL, NULL);
 }

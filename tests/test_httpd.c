@@ -233,17 +233,25 @@ static void http_1_0_closes_unless_it_asks_for_keep_alive(void **state)
  * answers) before reading any: the server's flush waits, it stops reading,
  * and nothing is lost.
  */
+/* Sends n GET_PLAIN requests in one stream from a helper thread; free the buffer after su_send_join. */
+static char *send_pipelined_async(struct su_sender *s, int fd, size_t n)
+{
+	size_t one = strlen(GET_PLAIN);
+	char *req = malloc(one * n);
+	assert_non_null(req);
+	for (size_t i = 0; i < n; i++)
+		memcpy(req + one * i, GET_PLAIN, one);
+	su_send_async(s, fd, req, one * n);
+	return req;
+}
+
 static void client_that_does_not_read_is_held_back_and_loses_nothing(void **state)
 {
 	int fd = su_connect_rcvbuf(((struct su_server *)*state)->port, 8192);
 	assert_true(fd >= 0);
 	enum { N = 5000 };
-	size_t one = strlen(GET_PLAIN);
-	char *req = malloc(one * N);
-	for (int i = 0; i < N; i++)
-		memcpy(req + one * (size_t)i, GET_PLAIN, one);
 	struct su_sender s;
-	su_send_async(&s, fd, req, one * N);
+	char *req = send_pipelined_async(&s, fd, N);
 	usleep(200 * 1000); /* let the answers pile up against a socket nobody reads */
 	for (int i = 0; i < N; i++) {
 		char buf[512];
@@ -271,6 +279,76 @@ static void two_loops_share_the_port(void **state)
 	}
 }
 
+/* ---- the idle timeout (SU_IDLE_MS on these tests' server) ---- */
+
+static void an_idle_keep_alive_connection_is_closed_after_the_idle_timeout(void **state)
+{
+	int fd = su_connect_to(state);
+	assert_true(su_send_str(fd, GET_PLAIN));
+	expect_ok(fd, "text/plain", HELLO, "");
+	double answered = su_now_ms();
+	assert_true(su_peer_closed(fd));
+	double idle = su_now_ms() - answered;
+	assert_true(idle >= SU_IDLE_MS - 5); /* never early (the server's clock started a little before ours) */
+	assert_true(idle < 5000);
+	close(fd);
+}
+
+/* Slowloris: a header a byte every 50 ms never completes a request, so it never makes progress. */
+static void a_request_trickled_slower_than_the_idle_timeout_is_closed_unanswered(void **state)
+{
+	static const char req[] = "GET /plaintext HTTP/1.1\r\nHost: x\r\nUser-Agent: slow\r\n\r\n";
+	int fd = su_connect_to(state);
+	double start = su_now_ms();
+	size_t sent = 0;
+	while (sent < sizeof(req) - 1 && su_send(fd, req + sent, 1)) {
+		sent++;
+		usleep(50 * 1000);
+	}
+	double took = su_now_ms() - start;
+	assert_true(sent < sizeof(req) - 1); /* cut off before the header ended */
+	assert_true(took >= SU_IDLE_MS - 5);
+	char c;
+	ssize_t r;
+	while ((r = recv(fd, &c, 1, 0)) < 0 && errno == EINTR)
+		;
+	assert_true(r == 0 || (r < 0 && errno == ECONNRESET)); /* closed, not answered */
+	close(fd);
+}
+
+static void requests_spaced_under_the_idle_timeout_keep_the_connection_open(void **state)
+{
+	int fd = su_connect_to(state);
+	for (int i = 0; i < 8; i++) { /* 8 x 100 ms: well past the idle timeout in all */
+		assert_true(su_send_str(fd, GET_PLAIN));
+		expect_ok(fd, "text/plain", HELLO, "");
+		usleep(100 * 1000);
+	}
+	close(fd);
+}
+
+/* It sends requests but never reads: once the answers fill its socket, nothing progresses. */
+static void a_client_that_never_reads_is_closed_after_the_idle_timeout(void **state)
+{
+	int fd = su_connect_rcvbuf(((struct su_server *)*state)->port, 8192);
+	assert_true(fd >= 0);
+	enum { N = 100000 }; /* ~13 MB of answers: more than the sockets' buffers hold */
+	struct su_sender s;
+	char *req = send_pipelined_async(&s, fd, N);
+	usleep(3 * SU_IDLE_MS * 1000);
+	/* Whatever was answered is there to read; then the stream ends (a reset: our requests were unread). */
+	char buf[4096];
+	size_t got = 0;
+	ssize_t r;
+	while ((r = recv(fd, buf, sizeof(buf), 0)) > 0 || (r < 0 && errno == EINTR))
+		got += r > 0 ? (size_t)r : 0;
+	assert_true(r == 0 || errno == ECONNRESET);
+	assert_true(got < N * (strlen(HELLO) + 100)); /* not every answer: it was cut off */
+	su_send_join(&s); /* the sender saw the end too */
+	free(req);
+	close(fd);
+}
+
 int main(void)
 {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
@@ -290,6 +368,14 @@ int main(void)
 		T(http_1_0_closes_unless_it_asks_for_keep_alive),
 		T(client_that_does_not_read_is_held_back_and_loses_nothing),
 		cmocka_unit_test_setup_teardown(two_loops_share_the_port, setup_two_loops, teardown),
+		cmocka_unit_test_setup_teardown(an_idle_keep_alive_connection_is_closed_after_the_idle_timeout,
+						setup_idle, teardown),
+		cmocka_unit_test_setup_teardown(a_request_trickled_slower_than_the_idle_timeout_is_closed_unanswered,
+						setup_idle, teardown),
+		cmocka_unit_test_setup_teardown(requests_spaced_under_the_idle_timeout_keep_the_connection_open,
+						setup_idle, teardown),
+		cmocka_unit_test_setup_teardown(a_client_that_never_reads_is_closed_after_the_idle_timeout,
+						setup_idle, teardown),
 	};
 #undef T
 	return cmocka_run_group_tests_name("httpd", tests, NULL, NULL);

@@ -38,16 +38,24 @@ static int listen_here(int *port, int backlog)
 	return fd;
 }
 
-static int start_proxy(struct fx *f, int upstream_port, unsigned connect_timeout_ms)
+static int start_proxy_idle(struct fx *f, int upstream_port, unsigned connect_timeout_ms,
+			    unsigned idle_ms)
 {
 	struct serve_opts o;
 	serve_opts_default(&o);
+	if (idle_ms)
+		o.idle_timeout_ms = idle_ms;
 	struct proxy_target to = { .host = "127.0.0.1", .port = upstream_port,
 				   .connect_timeout_ms = connect_timeout_ms };
 	if (proxy_start(&o, &to, &f->proxy) != 0)
 		return -1;
 	f->port = serve_port(f->proxy);
 	return 0;
+}
+
+static int start_proxy(struct fx *f, int upstream_port, unsigned connect_timeout_ms)
+{
+	return start_proxy_idle(f, upstream_port, connect_timeout_ms, 0);
 }
 
 static struct fx *fx_new(void)
@@ -63,6 +71,14 @@ static int setup_echo(void **state)
 	struct fx *f = *state = fx_new();
 	f->echo = su_start(echo_start, echo_stop, 1);
 	return f->echo && start_proxy(f, f->echo->port, 0) == 0 ? 0 : -1;
+}
+
+/* The echo upstream behind a proxy whose idle timeout is SU_IDLE_MS. */
+static int setup_echo_idle(void **state)
+{
+	struct fx *f = *state = fx_new();
+	f->echo = su_start(echo_start, echo_stop, 1);
+	return f->echo && start_proxy_idle(f, f->echo->port, 0, SU_IDLE_MS) == 0 ? 0 : -1;
 }
 
 static int setup_raw(void **state)
@@ -436,6 +452,49 @@ static void targets_parse_or_are_refused(void **state)
 	assert_null(s);
 }
 
+/*
+ * One round trip, then nothing either way: the proxy cuts the session (a
+ * reset) after its idle timeout; so it does a client that never sent a byte.
+ */
+static void an_idle_session_is_cut_after_the_idle_timeout(void **state)
+{
+	struct fx *f = *state;
+	double start = su_now_ms();
+	int silent = su_connect(f->port);
+	int fd = su_connect(f->port);
+	assert_true(silent >= 0 && fd >= 0);
+	char back[2];
+	assert_true(su_send(fd, "hi", 2));
+	assert_true(su_recv_all(fd, back, 2));
+	double quiet_from = su_now_ms();
+	assert_true(reads_reset(fd));
+	double quiet = su_now_ms() - quiet_from;
+	assert_true(quiet >= SU_IDLE_MS - 5);
+	assert_true(quiet < 5000);
+	assert_true(reads_reset(silent));
+	double silent_for = su_now_ms() - start;
+	assert_true(silent_for >= SU_IDLE_MS - 5);
+	assert_true(silent_for < 5000);
+	close(fd);
+	close(silent);
+}
+
+/* Round trips every 50 ms for three idle timeouts: bytes moving keep the session. */
+static void a_session_moving_bytes_outlives_the_idle_timeout(void **state)
+{
+	struct fx *f = *state;
+	int fd = su_connect(f->port);
+	assert_true(fd >= 0);
+	double end = su_now_ms() + 3 * SU_IDLE_MS;
+	char back[2];
+	while (su_now_ms() < end) {
+		assert_true(su_send(fd, "hi", 2));
+		assert_true(su_recv_all(fd, back, 2));
+		usleep(50 * 1000);
+	}
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -468,6 +527,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(stop_with_a_session_still_connecting_leaves_no_descriptor,
 						setup_unanswering_patient, teardown),
 		cmocka_unit_test(targets_parse_or_are_refused),
+		cmocka_unit_test_setup_teardown(an_idle_session_is_cut_after_the_idle_timeout, setup_echo_idle,
+						teardown),
+		cmocka_unit_test_setup_teardown(a_session_moving_bytes_outlives_the_idle_timeout,
+						setup_echo_idle, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

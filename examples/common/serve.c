@@ -27,6 +27,7 @@ struct serve {
 	const struct serve_proto *proto;
 	void *app;
 	int port;
+	unsigned idle_timeout_ms;
 	int nworkers;
 	struct serve_worker wk[];
 };
@@ -40,6 +41,7 @@ struct session {
 	struct perch_pipe_writer *w;
 	bool close_after_flush;
 	bool *ended;                   /* set by session_end while session_stop waits on a close */
+	struct perch_timer idle;       /* armed while idle_timeout_ms is set: closes a stalled session */
 	alignas(max_align_t) unsigned char state[];
 };
 
@@ -48,6 +50,11 @@ struct session {
 struct perch_loop *serve_worker_loop(struct serve_worker *wk)
 {
 	return wk->loop;
+}
+
+unsigned serve_worker_idle_timeout(const struct serve_worker *wk)
+{
+	return wk->srv->idle_timeout_ms;
 }
 
 void serve_track(struct serve_worker *wk, struct serve_item *it)
@@ -121,6 +128,7 @@ static void session_end(struct session *s)
 {
 	struct serve_worker *wk = s->wk;
 	serve_untrack(&s->item);
+	perch_timer_stop(&s->idle); /* before the free: the loop links an armed timer */
 	if (wk->srv->proto->fini)
 		wk->srv->proto->fini(s->state);
 	perch_conn_close(s->c);
@@ -134,6 +142,17 @@ static void session_end(struct session *s)
 
 static void session_pump(struct session *s);
 
+/*
+ * An answer reached the kernel (a flush completed: over a connection one
+ * waits whenever something was staged): the idle time starts again. Bytes
+ * alone are not progress, or a client trickling a request would never end.
+ */
+static void session_progressed(struct session *s)
+{
+	if (s->wk->srv->idle_timeout_ms)
+		perch_timer_start(&s->idle, s->wk->srv->idle_timeout_ms);
+}
+
 static void session_read_ready(void *arg, int64_t result)
 {
 	if (result < 0)
@@ -145,10 +164,12 @@ static void session_read_ready(void *arg, int64_t result)
 static void session_flushed(void *arg, int64_t result)
 {
 	struct session *s = arg;
-	if (result < 0 || s->close_after_flush)
+	if (result < 0 || s->close_after_flush) {
 		session_end(s);
-	else
-		session_pump(s);
+		return;
+	}
+	session_progressed(s);
+	session_pump(s);
 }
 
 
@@ -204,6 +225,13 @@ static void session_stop(struct serve_item *it)
 		session_end(s); /* nothing was parked (none should be, between turns) */
 }
 
+/* Nothing happened for idle_timeout_ms: the session ends as serve_stop would end it. */
+static void session_idle(struct perch_timer *t, void *arg)
+{
+	struct session *s = arg;
+	session_stop(&s->item);
+}
+
 static void on_accept(struct perch_listener *l, struct perch_conn *c, void *arg)
 {
 	struct serve_worker *wk = arg;
@@ -224,6 +252,8 @@ static void on_accept(struct perch_listener *l, struct perch_conn *c, void *arg)
 	s->c = c;
 	s->item.stop = session_stop;
 	serve_track(wk, &s->item);
+	perch_timer_init(&s->idle, wk->loop, session_idle, s);
+	session_progressed(s); /* a client that never sends is idle from its accept */
 	session_pump(s);
 }
 
@@ -255,7 +285,8 @@ static void *worker_main(void *arg)
 
 void serve_opts_default(struct serve_opts *o)
 {
-	*o = (struct serve_opts){ .host = "127.0.0.1", .port = 0, .threads = 1 };
+	*o = (struct serve_opts){ .host = "127.0.0.1", .port = 0, .threads = 1,
+				  .idle_timeout_ms = SERVE_IDLE_TIMEOUT_MS };
 }
 
 /* Creates worker i's loop and listener; the first one fixes the port for the others. */
@@ -315,7 +346,8 @@ int serve_start(const struct serve_opts *o, const struct serve_proto *proto, voi
 		struct serve **out)
 {
 	if (!o || !o->host || o->port < 0 || o->port > 65535 || !proto ||
-	    !(proto->on_data || proto->accept) || !out || o->threads < 1)
+	    !(proto->on_data || proto->accept) || !out || o->threads < 1 ||
+	    o->idle_timeout_ms > PERCH_TIMER_MAX_MS)
 		return -EINVAL;
 	int rc = o->port ? port_is_free(o->host, o->port) : 0;
 	if (rc != 0)
@@ -325,6 +357,7 @@ int serve_start(const struct serve_opts *o, const struct serve_proto *proto, voi
 		return -ENOMEM;
 	srv->proto = proto;
 	srv->app = app;
+	srv->idle_timeout_ms = o->idle_timeout_ms;
 	srv->nworkers = o->threads;
 	for (int i = 0; i < o->threads && rc == 0; i++)
 		rc = worker_init(srv, i, o);
@@ -379,12 +412,14 @@ static void usage(const char *prog)
 {
 	fprintf(stderr,
 		"usage: %s [--port P] [--host ADDR] [--threads N] [--backend uring|io_uring|epoll]\n"
-		"       [--recv multishot|singleshot]\n"
+		"       [--recv multishot|singleshot] [--idle-timeout MS]\n"
 		"  --port P       TCP port (default 0: the kernel picks one, printed at start)\n"
 		"  --host ADDR    numeric IPv4 or IPv6 address to listen on (default 127.0.0.1)\n"
 		"  --threads N    loops, one per thread, sharing the port with SO_REUSEPORT (default 1)\n"
 		"  --backend B    the loop's backend, passed to the library as PERCH_BACKEND=B\n"
 		"  --recv M       receive mode of each connection (default: the loop's, multishot)\n"
+		"  --idle-timeout MS  close a connection that gets no answer flushed for this long\n"
+		"                 (idle, trickling a request, or not reading; default 60000; 0: never)\n"
 		"%s",
 		prog, serve_extra_usage ? serve_extra_usage : "");
 }
@@ -415,6 +450,7 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 		{ "port", required_argument, NULL, 'p' },    { "host", required_argument, NULL, 'H' },
 		{ "threads", required_argument, NULL, 't' }, { "backend", required_argument, NULL, 'b' },
 		{ "recv", required_argument, NULL, 'r' },    { "help", no_argument, NULL, 'h' },
+		{ "idle-timeout", required_argument, NULL, 'i' },
 		{ NULL, 0, NULL, 0 },
 	};
 	serve_opts_default(o);
@@ -446,6 +482,11 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 		case 'r':
 			if (parse_recv(optarg, &o->recv) != 0)
 				goto bad;
+			break;
+		case 'i':
+			if ((v = parse_num(optarg, 0, PERCH_TIMER_MAX_MS)) < 0)
+				goto bad;
+			o->idle_timeout_ms = (unsigned)v;
 			break;
 		case 'h':
 			usage(prog);

@@ -15,7 +15,18 @@ struct serve_opts {
 	int threads;                   /* loops, one per thread, sharing the port (SO_REUSEPORT); 1 */
 	const char *backend;           /* "uring", "epoll" or NULL (the library's choice) */
 	enum perch_recv_mode recv;     /* per-connection receive mode; PERCH_RECV_DEFAULT */
+	/*
+	 * A connection that gets no answer flushed for this long is closed
+	 * (counted from its accept, then from each completed flush): an idle
+	 * keep-alive client, one that trickles a request byte by byte, and one
+	 * that stops reading its answers all end; so does a request whose
+	 * body takes longer than this to arrive. 0: never;
+	 * SERVE_IDLE_TIMEOUT_MS by default; at most PERCH_TIMER_MAX_MS.
+	 */
+	unsigned idle_timeout_ms;
 };
+
+#define SERVE_IDLE_TIMEOUT_MS 60000u
 
 struct serve_worker; /* one loop and its thread */
 
@@ -57,6 +68,9 @@ struct serve;
 /* The worker's loop (for perch_connect). */
 struct perch_loop *serve_worker_loop(struct serve_worker *wk);
 
+/* The server's idle timeout (serve_opts.idle_timeout_ms; 0: none), for what a proto->accept builds. */
+unsigned serve_worker_idle_timeout(const struct serve_worker *wk);
+
 /*
  * Something a worker ends when the server stops: a session, or what a
  * proto->accept built. Touched on the worker's loop thread only.
@@ -97,7 +111,8 @@ void serve_opts_default(struct serve_opts *o);
 
 /*
  * Parses --port P, --host ADDR, --threads N, --backend uring|epoll,
- * --recv multishot|singleshot and --help into *o (defaults first). A
+ * --recv multishot|singleshot, --idle-timeout MS and --help into *o
+ * (defaults first). A
  * backend is exported as PERCH_BACKEND, which is how the library picks the
  * loop's backend: call this before creating any loop. Returns 0; 1 after
  * --help; -1 after printing what was wrong (both with the usage on stderr).
@@ -109,8 +124,9 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
  * same port, whose connections run `proto` with `app`. Returns 0 with *out
  * set, or a negative errno: -EADDRINUSE when a socket already holds a
  * port asked for (another perch server's SO_REUSEPORT listener included,
- * which perch_listen alone would share the port with), perch_loop_new's,
- * perch_listen's, -ENOMEM.
+ * which perch_listen alone would share the port with), -EINVAL for a bad
+ * option (an idle timeout above PERCH_TIMER_MAX_MS among them),
+ * perch_loop_new's, perch_listen's, -ENOMEM.
  */
 int serve_start(const struct serve_opts *o, const struct serve_proto *proto, void *app,
 		struct serve **out);

@@ -29,6 +29,8 @@ struct proxy_session {
 	struct pump up, down;          /* client -> upstream, upstream -> client */
 	bool ending;                   /* session_end began: continuations it delivers do nothing */
 	bool held;                     /* a caller still uses it: session_end leaves the free to it */
+	unsigned idle_ms;              /* serve's idle timeout; 0: none */
+	struct perch_timer idle;       /* armed once connected: cuts a session neither side moves */
 };
 
 /* ---- ending ---- */
@@ -56,6 +58,7 @@ static void session_end(struct proxy_session *ps, bool cut)
 	ps->ending = true;
 	int (*end)(struct perch_conn *c) = cut ? perch_conn_abort : perch_conn_close;
 	serve_untrack(&ps->item);
+	perch_timer_stop(&ps->idle);
 	end(ps->client);
 	end(ps->upstream);
 	perch_pipe_reader_free(ps->up.r);
@@ -66,6 +69,23 @@ static void session_end(struct proxy_session *ps, bool cut)
 	perch_conn_release(ps->upstream);
 	if (!ps->held)
 		free(ps);
+}
+
+/*
+ * Bytes reached the kernel one way or the other: the idle time starts
+ * again. A session where neither side's bytes move (both quiet, or the
+ * side being written to stopped reading) is cut once it runs out, with
+ * resets: a flush may have been cut short.
+ */
+static void session_moved(struct proxy_session *ps)
+{
+	if (ps->idle_ms)
+		perch_timer_start(&ps->idle, ps->idle_ms);
+}
+
+static void session_idle(struct perch_timer *t, void *arg)
+{
+	session_end(arg, true);
 }
 
 /* ---- pumps ---- */
@@ -86,6 +106,7 @@ static bool pump_stops_after_flush(struct pump *p, int result)
 		session_end(ps, true);
 		return true;
 	}
+	session_moved(ps);
 	if (!p->src_ended)
 		return false;
 	p->done = true;
@@ -194,6 +215,7 @@ static void on_upstream(struct perch_loop *loop, struct perch_conn *c, int resul
 		return;
 	}
 	ps->upstream = c;
+	session_moved(ps); /* the idle time starts with the connection */
 	ps->held = true;
 	if (pump_init(&ps->up, ps, ps->client, c) != 0 || pump_init(&ps->down, ps, c, ps->client) != 0)
 		session_end(ps, true);
@@ -226,6 +248,8 @@ static void proxy_accept(struct serve_worker *wk, struct perch_conn *c, void *ap
 	}
 	ps->to = to;
 	ps->client = c;
+	ps->idle_ms = serve_worker_idle_timeout(wk);
+	perch_timer_init(&ps->idle, serve_worker_loop(wk), session_idle, ps);
 	ps->item.stop = session_stop;
 	serve_track(wk, &ps->item);
 	struct perch_conn_opts co = { .connect_timeout_ms = to->connect_timeout_ms };

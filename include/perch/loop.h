@@ -112,8 +112,9 @@ PERCH_API int perch_loop_run(struct perch_loop *loop);
  * limit, 0: do not wait) for at least one completion, dispatches every
  * completion ready. While a listener is paused (out of fds, perch_listen),
  * a turn waits at most until its retry, 100 ms, and may return 0; while a
- * connect with a timeout waits, at most until that timeout, and a turn
- * that reports a timed-out connect to its callback may also return 0. Returns
+ * timer is armed (perch/timer.h; a connect's timeout is one), at most
+ * until the soonest is due, and runs the due ones after the completions:
+ * a turn that only ran timers may also return 0. Returns
  * the number of completions dispatched, or a negative errno (-EINVAL;
  * -EEXIST from a thread that does not own the loop; -EBUSY from inside one
  * of the loop's own callbacks; or the ring's error).

@@ -1,0 +1,390 @@
+/* tests/test_timer.c: perch_timer, one behaviour per test, each run on io_uring and on epoll. */
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <perch.h>
+
+#include "cmocka_prelude.h"
+
+static enum perch_backend backend;
+
+static double mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static struct perch_loop *new_loop(void)
+{
+	struct perch_loop_opts o = { .backend = backend };
+	struct perch_loop *loop = NULL;
+	assert_int_equal(perch_loop_new(&o, &loop), 0);
+	return loop;
+}
+
+/* Runs turns on this thread for `ms` (each at most 10 ms), or until *stop is set. */
+static void run_for(struct perch_loop *loop, int ms, const int *stop)
+{
+	double end = mono_ms() + ms;
+	while (mono_ms() < end && !(stop && *stop))
+		assert_true(perch_loop_run_once(loop, 10) >= 0);
+}
+
+/* What a fired timer records: how many times, when, and in what order among others. */
+struct firing {
+	int count;
+	double at_ms[8];
+	int order[8];
+	int *next_order;             /* shared by the timers of one test */
+	int id;
+	pthread_t thread;
+};
+
+static void record(struct perch_timer *t, void *arg)
+{
+	struct firing *f = arg;
+	if (f->count < 8) {
+		f->at_ms[f->count] = mono_ms();
+		f->order[f->count] = f->next_order ? (*f->next_order)++ : 0;
+	}
+	f->thread = pthread_self();
+	f->count++;
+}
+
+static void a_timer_fires_once_after_its_time_and_never_before(void **state)
+{
+	struct perch_loop *loop = new_loop();
+	struct perch_timer t;
+	struct firing f = { 0 };
+	assert_int_equal(perch_timer_init(&t, loop, record, &f), 0);
+	assert_false(perch_timer_is_armed(&t));
+	double start = mono_ms();
+	assert_int_equal(perch_timer_start(&t, 50), 0);
+	assert_true(perch_timer_is_armed(&t));
+	run_for(loop, 2000, &f.count);
+	assert_int_equal(f.count, 1);
+	assert_true(f.at_ms[0] - start >= 50.0);
+	assert_false(perch_timer_is_armed(&t));
+	run_for(loop, 100, NULL);
+	assert_int_equal(f.count, 1);
+	perch_loop_free(loop);
+}
+
+/* A helper thread wakes the loop after 2 s: only a turn that ignores the timer would wait that long. */
+static void *wake_after_2s(void *arg)
+{
+	usleep(2000 * 1000);
+	perch_loop_stop(arg);
+	return NULL;
+}
+
+static void a_turn_with_no_limit_sleeps_only_until_the_soonest_timer(void **state)
+{
+	struct perch_loop *loop = new_loop();
+	struct perch_timer t;
+	struct firing f = { 0 };
+	perch_timer_init(&t, loop, record, &f);
+	assert_int_equal(perch_loop_run_once(loop, 0), 0); /* this thread owns the loop */
+	pthread_t waker;
+	assert_int_equal(pthread_create(&waker, NULL, wake_after_2s, loop), 0);
+	double start = mono_ms();
+	assert_int_equal(perch_timer_start(&t, 30), 0);
+	for (int turns = 0; f.count == 0 && turns < 10; turns++)
+		assert_true(perch_loop_run_once(loop, -1) >= 0);
+	double took = mono_ms() - start;
+	assert_int_equal(f.count, 1);
+	assert_true(took >= 30.0);
+	assert_true(took < 1000.0);
+	pthread_join(waker, NULL);
+	perch_loop_free(loop);
+}
+
+static void timers_fire_by_due_time_and_same_durations_in_start_order(void **state)
+{
+	struct perch_loop *loop = new_loop();
+	static const unsigned ms[] = { 60, 20, 40, 40, 0 };
+	struct perch_timer t[5];
+	struct firing f[5];
+	int next = 0, done = 0;
+	for (int i = 0; i < 5; i++) {
+		f[i] = (struct firing){ .next_order = &next, .id = i };
+		perch_timer_init(&t[i], loop, record, &f[i]);
+		assert_int_equal(perch_timer_start(&t[i], ms[i]), 0);
+	}
+	double end = mono_ms() + 2000;
+	while (!done && mono_ms() < end) {
+		assert_true(perch_loop_run_once(loop, 10) >= 0);
+		done = f[0].count > 0;
+	}
+	static const int want_order[] = { 4, 1, 2, 3, 0 }; /* by timer: when it fired among the five */
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(f[i].count, 1);
+		assert_int_equal(f[i].order[0], want_order[i]);
+	}
+	perch_loop_free(loop);
+}
+
+static void a_stopped_timer_does_not_fire_and_stopping_twice_is_harmless(void **state)
+{
+	struct perch_loop *loop = new_loop();
+	struct perch_timer t, never_started;
+	struct firing f = { 0 };
+	perch_timer_init(&t, loop, record, &f);
+	perch_timer_init(&never_started, loop, record, &f);
+	assert_int_equal(perch_timer_start(&t, 20), 0);
+	assert_int_equal(perch_timer_stop(&t), 0);
+	assert_false(perch_timer_is_armed(&t));
+	assert_int_equal(perch_timer_stop(&t), 0);
+	assert_int_equal(perch_timer_stop(&never_started), 0);
+	run_for(loop, 80, NULL);
+	assert_int_equal(f.count, 0);
+	perch_loop_free(loop);
+}
+
+static void starting_an_armed_timer_again_replaces_its_time(void **state)
+{
+	struct perch_loop *loop = new_loop();
+	struct perch_timer t;
+	struct firing f = { 0 };
+	perch_timer_init(&t, loop, record, &f);
+	double start = mono_ms();
+	assert_int_equal(perch_timer_start(&t, 20), 0);
+	assert_int_equal(perch_timer_start(&t, 120), 0);
+	run_for(loop, 2000, &f.count);
+	assert_int_equal(f.count, 1);
+	assert_true(f.at_ms[0] - start >= 120.0);
+	run_for(loop, 50, NULL);
+	assert_int_equal(f.count, 1); /* once: the first start left nothing behind */
+	perch_loop_free(loop);
+}
+
+/* Restarts itself for 0 ms, five times in all. */
+static void restart_for_0_ms(struct perch_timer *t, void *arg)
+{
+	struct firing *f = arg;
+	record(t, arg);
+	if (f->count < 5)
+		assert_int_equal(perch_timer_start(t, 0), 0);
+}
+
+static void a_callback_restarting_its_timer_for_0_ms_fires_it_once_a_turn(void **state)
+{
+	struct perch_loop *loop = new_loop();
+	struct perch_timer t;
+	struct firing f = { 0 };
+	perch_timer_init(&t, loop, restart_for_0_ms, &f);
+	assert_int_equal(perch_timer_start(&t, 0), 0);
+	for (int turn = 1; turn <= 5; turn++) {
+		assert_true(perch_loop_run_once(loop, 1000) >= 0);
+		assert_int_equal(f.count, turn);
+	}
+	assert_false(perch_timer_is_armed(&t));
+	perch_loop_free(loop);
+}
+
+/* The first of two due timers stops the second, which waits in the same expiry, and frees itself. */
+struct stopper {
+	struct perch_timer *victim;
+	int fired;
+};
+
+static void stop_the_other_and_free_self(struct perch_timer *t, void *arg)
+{
+	struct stopper *s = arg;
+	s->fired++;
+	assert_int_equal(perch_timer_stop(s->victim), 0);
+	free(t);
+}
+
+static void a_callback_may_stop_another_due_timer_and_free_its_own(void **state)
+{
+	struct perch_loop *loop = new_loop();
+	struct perch_timer *first = malloc(sizeof(*first)), second;
+	struct firing f = { 0 };
+	struct stopper s = { .victim = &second };
+	perch_timer_init(first, loop, stop_the_other_and_free_self, &s);
+	perch_timer_init(&second, loop, record, &f);
+	assert_int_equal(perch_timer_start(first, 10), 0);
+	assert_int_equal(perch_timer_start(&second, 10), 0);
+	usleep(30 * 1000); /* both are due before the next turn's expiry */
+	assert_true(perch_loop_run_once(loop, 0) >= 0);
+	assert_int_equal(s.fired, 1);
+	assert_false(perch_timer_is_armed(&second));
+	run_for(loop, 50, NULL);
+	assert_int_equal(f.count, 0);
+	perch_loop_free(loop);
+}
+
+/* ---- threads ---- */
+
+struct off_thread {
+	struct perch_timer *t;
+	int start_rc, stop_rc;
+};
+
+static void *start_and_stop_here(void *arg)
+{
+	struct off_thread *o = arg;
+	o->start_rc = perch_timer_start(o->t, 10);
+	o->stop_rc = perch_timer_stop(o->t);
+	return NULL;
+}
+
+static void start_and_stop_off_the_owning_thread_are_refused_with_eexist(void **state)
+{
+	struct perch_loop *loop = new_loop();
+	struct perch_timer idle, armed;
+	struct firing f = { 0 }, g = { 0 };
+	perch_timer_init(&idle, loop, record, &f);
+	perch_timer_init(&armed, loop, record, &g);
+	assert_int_equal(perch_timer_start(&armed, 40), 0); /* claims the loop for this thread */
+	struct off_thread o = { .t = &idle };
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, start_and_stop_here, &o), 0);
+	pthread_join(th, NULL);
+	assert_int_equal(o.start_rc, -EEXIST);
+	assert_int_equal(o.stop_rc, -EEXIST);
+	o = (struct off_thread){ .t = &armed };
+	assert_int_equal(pthread_create(&th, NULL, start_and_stop_here, &o), 0);
+	pthread_join(th, NULL);
+	assert_int_equal(o.stop_rc, -EEXIST);
+	assert_true(perch_timer_is_armed(&armed)); /* the refused stop left it armed */
+	run_for(loop, 2000, &g.count);
+	assert_int_equal(g.count, 1);
+	assert_int_equal(f.count, 0);
+	perch_loop_free(loop);
+}
+
+/* Posted to a loop running on its own thread: starts the timer there. */
+static void start_posted(void *arg)
+{
+	assert_int_equal(perch_timer_start(arg, 5), 0);
+}
+
+static void fired_then_post(struct perch_timer *t, void *arg)
+{
+	struct firing *f = arg;
+	record(t, arg);
+	sem_post((sem_t *)f->next_order);
+}
+
+static void *run_loop(void *arg)
+{
+	perch_loop_run(arg);
+	perch_loop_free(arg);
+	return NULL;
+}
+
+static void a_timer_started_from_posted_work_fires_on_the_loop_thread(void **state)
+{
+	struct perch_loop *loop = new_loop();
+	sem_t fired;
+	sem_init(&fired, 0, 0);
+	struct firing f = { .next_order = (int *)(void *)&fired };
+	struct perch_timer t;
+	perch_timer_init(&t, loop, fired_then_post, &f);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, run_loop, loop), 0);
+	assert_int_equal(perch_loop_post(loop, start_posted, &t), 0);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 10;
+	int rc;
+	while ((rc = sem_timedwait(&fired, &ts)) != 0 && errno == EINTR)
+		;
+	assert_int_equal(rc, 0);
+	assert_true(pthread_equal(f.thread, th));
+	perch_loop_stop(loop);
+	pthread_join(th, NULL);
+	assert_int_equal(f.count, 1);
+	sem_destroy(&fired);
+}
+
+/* ---- the end of a loop, and bad input ---- */
+
+struct at_free {
+	struct perch_timer *t;
+	int start_rc;
+};
+
+static void start_while_freeing(void *arg)
+{
+	struct at_free *a = arg;
+	a->start_rc = perch_timer_start(a->t, 0);
+}
+
+static void timers_never_fire_once_the_loop_is_being_freed(void **state)
+{
+	struct perch_loop *loop = new_loop();
+	struct perch_timer armed, late;
+	struct firing f = { 0 }, g = { 0 };
+	perch_timer_init(&armed, loop, record, &f);
+	perch_timer_init(&late, loop, record, &g);
+	assert_int_equal(perch_timer_start(&armed, 0), 0);
+	struct at_free a = { .t = &late, .start_rc = 1 };
+	assert_int_equal(perch_loop_post(loop, start_while_freeing, &a), 0);
+	perch_loop_free(loop); /* runs the posted work, not the timers */
+	assert_int_equal(a.start_rc, -ECANCELED);
+	assert_int_equal(f.count, 0);
+	assert_int_equal(g.count, 0);
+	assert_false(perch_timer_is_armed(&late));
+}
+
+static void bad_arguments_return_einval_and_change_nothing(void **state)
+{
+	struct perch_loop *loop = new_loop();
+	struct perch_timer t, zeroed = { 0 };
+	struct firing f = { 0 };
+	assert_int_equal(perch_timer_init(NULL, loop, record, &f), -EINVAL);
+	assert_int_equal(perch_timer_init(&t, NULL, record, &f), -EINVAL);
+	assert_int_equal(perch_timer_init(&t, loop, NULL, &f), -EINVAL);
+	assert_int_equal(perch_timer_start(NULL, 1), -EINVAL);
+	assert_int_equal(perch_timer_stop(NULL), -EINVAL);
+	assert_int_equal(perch_timer_start(&zeroed, 1), -EINVAL);
+	assert_int_equal(perch_timer_stop(&zeroed), -EINVAL);
+	assert_false(perch_timer_is_armed(NULL));
+	assert_int_equal(perch_timer_init(&t, loop, record, &f), 0);
+	double start = mono_ms();
+	assert_int_equal(perch_timer_start(&t, 40), 0);
+	assert_int_equal(perch_timer_start(&t, PERCH_TIMER_MAX_MS + 1), -EINVAL);
+	assert_true(perch_timer_is_armed(&t)); /* still armed for its 40 ms */
+	run_for(loop, 2000, &f.count);
+	assert_int_equal(f.count, 1);
+	assert_true(f.at_ms[0] - start >= 40.0);
+	assert_true(f.at_ms[0] - start < 1000.0);
+	assert_int_equal(perch_timer_start(&t, PERCH_TIMER_MAX_MS), 0);
+	assert_int_equal(perch_timer_stop(&t), 0);
+	perch_loop_free(loop);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(a_timer_fires_once_after_its_time_and_never_before),
+		cmocka_unit_test(a_turn_with_no_limit_sleeps_only_until_the_soonest_timer),
+		cmocka_unit_test(timers_fire_by_due_time_and_same_durations_in_start_order),
+		cmocka_unit_test(a_stopped_timer_does_not_fire_and_stopping_twice_is_harmless),
+		cmocka_unit_test(starting_an_armed_timer_again_replaces_its_time),
+		cmocka_unit_test(a_callback_restarting_its_timer_for_0_ms_fires_it_once_a_turn),
+		cmocka_unit_test(a_callback_may_stop_another_due_timer_and_free_its_own),
+		cmocka_unit_test(start_and_stop_off_the_owning_thread_are_refused_with_eexist),
+		cmocka_unit_test(a_timer_started_from_posted_work_fires_on_the_loop_thread),
+		cmocka_unit_test(timers_never_fire_once_the_loop_is_being_freed),
+		cmocka_unit_test(bad_arguments_return_einval_and_change_nothing),
+	};
+	const char *only = getenv("PERCH_TEST_FILTER");
+	if (only && *only)
+		cmocka_set_test_filter(only);
+	backend = PERCH_BACKEND_URING;
+	int failed = cmocka_run_group_tests_name("timer (io_uring)", tests, NULL, NULL);
+	backend = PERCH_BACKEND_EPOLL;
+	failed += cmocka_run_group_tests_name("timer (epoll)", tests, NULL, NULL);
+	return failed ? 1 : 0;
+}
