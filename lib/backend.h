@@ -149,10 +149,14 @@ struct perch__backend {
 #define PERCH__ACCEPT_RETRY_MS 100  /* a listener paused for want of fds tries again after this */
 #define PERCH__ACCEPT_LOG_MS 10000  /* at most one line a listener about failed accepts */
 
-/* A list of timers (lib/timer.c). */
+/* A list of timers in due order (lib/timer.c): one per duration in use, `ms` while not empty. */
 struct perch__timer_list {
 	struct perch_timer *head, *tail;
+	unsigned ms;
 };
+
+/* Durations with a list of their own; timers of any other go on one more list, by a walk. */
+#define PERCH__TIMER_DURATIONS 8
 
 struct perch_loop {
 	/* ---- any thread ---- */
@@ -177,7 +181,8 @@ struct perch_loop {
 	uint32_t txbuf_pooled;       /* at most PERCH__TXBUF_POOL_MAX */
 	struct perch__sock *accept_paused; /* listeners out of fds, resumed when a socket closes */
 	double accept_paused_at_ms;        /* when the first of them paused (CLOCK_MONOTONIC) */
-	struct perch__timer_list timers;        /* armed timers (timed connects too), soonest first */
+	/* armed timers (timed connects too): a list per duration, [DURATIONS] for the rest */
+	struct perch__timer_list timers[PERCH__TIMER_DURATIONS + 1];
 	struct perch__timer_list timers_firing; /* due ones, while perch__timers_expire runs them */
 	struct {
 		uint64_t enobufs_parks;   /* recvs parked for want of buffers */
@@ -236,14 +241,16 @@ void perch__loop_sock_closed(struct perch__sock *s);
 double perch__now_ms(void);
 /* Whether this thread owns the loop, claiming it if no thread has yet (as a turn does). */
 bool perch__loop_claim(struct perch_loop *loop);
-/* Arms (or re-arms) t for due_ms, with no thread check: the loop's own timers. */
-void perch__timer_arm_at(struct perch_timer *t, double due_ms);
+/* Arms (or re-arms) t for due_ms, a timer of `ms`, with no thread check: the loop's own timers. */
+void perch__timer_arm_at(struct perch_timer *t, double due_ms, unsigned ms);
 /* Disarms t wherever it waits; a disarmed timer is left alone. */
 void perch__timer_disarm(struct perch_timer *t);
 /* The soonest armed timer's due time; false when none is armed. */
 bool perch__timers_soonest(const struct perch_loop *loop, double *due_ms);
 /* After a turn's completions: runs every timer due now, soonest first. */
 void perch__timers_expire(struct perch_loop *loop);
+/* perch_loop_free: disarms every timer still armed and unbinds it from the loop. */
+void perch__timers_unbind_all(struct perch_loop *loop);
 
 extern const struct perch__backend perch__uring_backend;
 extern const struct perch__backend perch__epoll_backend;

@@ -877,16 +877,18 @@ static void connect_timed_out(struct perch_timer *t, void *arg)
 
 static void connect_start(struct perch__sock *s)
 {
-	if (table_insert(s->loop, s) != 0) {
+	/* Posted work that perch_loop_free's last drain runs: no later turn would report it. */
+	int err = s->loop->freeing ? -ECANCELED : table_insert(s->loop, s) != 0 ? -ENOMEM : 0;
+	if (err) {
 		perch_connect_fn cb = s->on_connected;
 		void *arg = s->connect_arg;
 		struct perch_loop *loop = s->loop;
 		perch_conn_release(s->conn); /* not in the table: closes fd, frees s */
-		cb(loop, NULL, -ENOMEM, arg);
+		cb(loop, NULL, err, arg);
 		return;
 	}
 	if (s->connect_deadline_ms)
-		perch__timer_arm_at(&s->connect_timer, s->connect_deadline_ms);
+		perch__timer_arm_at(&s->connect_timer, s->connect_deadline_ms, s->opts.connect_timeout_ms);
 	s->loop->be->connect(s);
 }
 
@@ -1257,6 +1259,7 @@ void perch_loop_free(struct perch_loop *loop)
 	if (loop->live > 0)
 		fprintf(stderr, "perch: loop freed with %u sockets still in flight%s\n", loop->live,
 			owner ? "" : " (perch_loop_free called off the loop's thread)");
+	perch__timers_unbind_all(loop);
 	loop->be->destroy(loop);
 	free_txbuf_pool(loop);
 	close(loop->wake_fd);

@@ -28,8 +28,9 @@ static void list_unlink(struct perch__timer_list *l, struct perch_timer *t)
 }
 
 /*
- * Walks from the tail: most timers of a loop share a duration, so a new one
- * is usually due last and goes in at once. Equal dues keep start order.
+ * Walks from the tail: in a list of one duration a new timer is due last
+ * (a connect posted from another thread may arm a little out of order), so
+ * it goes in at once. Equal dues keep start order.
  */
 static void list_insert_by_due(struct perch__timer_list *l, struct perch_timer *t)
 {
@@ -49,54 +50,112 @@ static void list_insert_by_due(struct perch__timer_list *l, struct perch_timer *
 	t->list = l;
 }
 
+static void list_append(struct perch__timer_list *l, struct perch_timer *t)
+{
+	t->prev = l->tail;
+	t->next = NULL;
+	if (l->tail)
+		l->tail->next = t;
+	else
+		l->head = t;
+	l->tail = t;
+	t->list = l;
+}
+
+/*
+ * The list for timers of `ms`: its own while one of the few is free or
+ * already holds that duration, so that a loop mixing an idle timeout and a
+ * connect timeout over many connections inserts each in O(1); past that,
+ * the shared last list, sorted by a walk.
+ */
+static struct perch__timer_list *list_for(struct perch_loop *loop, unsigned ms)
+{
+	struct perch__timer_list *free_one = NULL;
+	for (int i = 0; i < PERCH__TIMER_DURATIONS; i++) {
+		struct perch__timer_list *l = &loop->timers[i];
+		if (l->head && l->ms == ms)
+			return l;
+		if (!l->head && !free_one)
+			free_one = l;
+	}
+	if (!free_one)
+		return &loop->timers[PERCH__TIMER_DURATIONS];
+	free_one->ms = ms;
+	return free_one;
+}
+
+/* The armed list whose head is due soonest, or NULL when none is armed. */
+static struct perch__timer_list *soonest_list(struct perch_loop *loop)
+{
+	struct perch__timer_list *best = NULL;
+	for (int i = 0; i <= PERCH__TIMER_DURATIONS; i++) {
+		struct perch__timer_list *l = &loop->timers[i];
+		if (l->head && (!best || l->head->due_ms < best->head->due_ms))
+			best = l;
+	}
+	return best;
+}
+
 void perch__timer_disarm(struct perch_timer *t)
 {
 	if (t->list)
 		list_unlink(t->list, t);
 }
 
-void perch__timer_arm_at(struct perch_timer *t, double due_ms)
+void perch__timer_arm_at(struct perch_timer *t, double due_ms, unsigned ms)
 {
 	perch__timer_disarm(t);
 	t->due_ms = due_ms;
-	list_insert_by_due(&t->loop->timers, t);
+	list_insert_by_due(list_for(t->loop, ms), t);
 }
 
 bool perch__timers_soonest(const struct perch_loop *loop, double *due_ms)
 {
-	if (!loop->timers.head)
+	struct perch__timer_list *l = soonest_list((struct perch_loop *)loop);
+	if (!l)
 		return false;
-	*due_ms = loop->timers.head->due_ms;
+	*due_ms = l->head->due_ms;
 	return true;
 }
 
 /*
- * Runs every timer due now. They move to the firing list first, so a
- * callback that starts a timer again, even for 0 ms, arms it for the next
- * turn instead of looping here; one that stops a timer still waiting on
- * the firing list takes it off there.
+ * Runs every timer due now, soonest first across the lists. They move to
+ * the firing list first, so a callback that starts a timer again, even for
+ * 0 ms, arms it for the next turn instead of looping here; one that stops
+ * a timer still waiting on the firing list takes it off there.
  */
 void perch__timers_expire(struct perch_loop *loop)
 {
-	struct perch__timer_list *armed = &loop->timers, *firing = &loop->timers_firing;
-	if (!armed->head)
+	struct perch__timer_list *firing = &loop->timers_firing, *l = soonest_list(loop);
+	if (!l)
 		return;
 	double now = perch__now_ms();
-	while (armed->head && armed->head->due_ms <= now) {
-		struct perch_timer *t = armed->head;
-		list_unlink(armed, t);
-		t->list = firing;
-		t->prev = firing->tail;
-		if (firing->tail)
-			firing->tail->next = t;
-		else
-			firing->head = t;
-		firing->tail = t;
+	for (; l && l->head->due_ms <= now; l = soonest_list(loop)) {
+		struct perch_timer *t = l->head;
+		list_unlink(l, t);
+		list_append(firing, t);
 	}
 	while (firing->head) {
 		struct perch_timer *t = firing->head;
 		list_unlink(firing, t);
 		t->fn(t, t->arg); /* last touch: the callback may free t */
+	}
+}
+
+/*
+ * perch_loop_free, last: every armed timer is taken off and unbound, so
+ * that it reads disarmed and a later call on it is refused (-EINVAL)
+ * instead of reaching the freed loop.
+ */
+void perch__timers_unbind_all(struct perch_loop *loop)
+{
+	for (int i = 0; i <= PERCH__TIMER_DURATIONS + 1; i++) {
+		struct perch__timer_list *l = i <= PERCH__TIMER_DURATIONS ? &loop->timers[i] : &loop->timers_firing;
+		while (l->head) {
+			struct perch_timer *t = l->head;
+			list_unlink(l, t);
+			t->loop = NULL;
+		}
 	}
 }
 
@@ -126,7 +185,7 @@ int perch_timer_start(struct perch_timer *t, unsigned ms)
 		return -EINVAL;
 	if (t->loop->freeing)
 		return -ECANCELED;
-	perch__timer_arm_at(t, perch__now_ms() + ms);
+	perch__timer_arm_at(t, perch__now_ms() + ms, ms);
 	return 0;
 }
 

@@ -186,7 +186,8 @@ struct su_server {
 	int fds_before;
 };
 
-#define SU_IDLE_MS 300        /* the idle timeout of the setup_idle fixture */
+#define SU_IDLE_MS 300        /* the idle timeout of the setup_idle fixture: for tests that wait for it */
+#define SU_IDLE_LONG_MS 1000  /* setup_idle_long's: for tests that must not be cut, with room for a stall */
 
 /* Returns a started server (idle_ms: its idle timeout, 0 for the default), or NULL. */
 static inline struct su_server *su_start_idle(serve_start_fn start, serve_stop_fn stop, int threads,
@@ -237,8 +238,8 @@ static inline int su_connect_to(void **state)
 
 /*
  * The fixtures of a server test: setup (one loop), setup_two_loops,
- * setup_idle (one loop, SU_IDLE_MS idle timeout), teardown (fails on a
- * leaked fd).
+ * setup_idle and setup_idle_long (one loop, SU_IDLE_MS or SU_IDLE_LONG_MS
+ * idle timeout), teardown (fails on a leaked fd).
  */
 #define SU_FIXTURES(start, stop)                                                   \
 	static int setup(void **state)                                             \
@@ -252,6 +253,10 @@ static inline int su_connect_to(void **state)
 	static __attribute__((unused)) int setup_idle(void **state)                \
 	{                                                                          \
 		return (*state = su_start_idle(start, stop, 1, SU_IDLE_MS)) ? 0 : -1; \
+	}                                                                          \
+	static __attribute__((unused)) int setup_idle_long(void **state)           \
+	{                                                                          \
+		return (*state = su_start_idle(start, stop, 1, SU_IDLE_LONG_MS)) ? 0 : -1; \
 	}                                                                          \
 	static int teardown(void **state)                                          \
 	{                                                                          \

@@ -1249,6 +1249,24 @@ static void a_timed_connect_waiting_when_the_loop_is_freed_is_canceled(void **st
 	close(lfd);
 }
 
+/* Posted to a loop that never ran and is then freed: the free's drain starts it, and must end it. */
+static void a_connect_posted_to_a_loop_being_freed_is_canceled(void **state)
+{
+	int fds = lu_count_fds();
+	struct perch_loop *loop;
+	assert_int_equal(perch_loop_new(NULL, &loop), 0);
+	struct timed_connect k = { .result = 1 };
+	sem_init(&k.done, 0, 0);
+	struct perch_conn_opts o = { .connect_timeout_ms = 1000 };
+	assert_int_equal(perch_connect(loop, "127.0.0.1", 9, &o, timed_connected, &k), 0);
+	perch_loop_free(loop);
+	assert_int_equal(perch__load_u32(&k.calls), 1);
+	assert_int_equal(k.result, -ECANCELED);
+	assert_null(k.c);
+	assert_int_equal(lu_count_fds(), fds);
+	sem_destroy(&k.done);
+}
+
 static void a_connect_timeout_above_the_maximum_is_refused(void **state)
 {
 	struct lu_loop l;
@@ -1898,6 +1916,7 @@ int main(void)
 		cmocka_unit_test(a_shorter_connect_timeout_behind_a_longer_one_fires_first),
 		cmocka_unit_test(a_connect_answered_before_its_timeout_stays_connected_after_it),
 		cmocka_unit_test(a_timed_connect_waiting_when_the_loop_is_freed_is_canceled),
+		cmocka_unit_test(a_connect_posted_to_a_loop_being_freed_is_canceled),
 		cmocka_unit_test(a_connect_timeout_above_the_maximum_is_refused),
 		cmocka_unit_test(run_once_from_inside_a_callback_is_refused_with_ebusy),
 		cmocka_unit_test(run_once_off_the_owning_thread_is_refused_with_eexist),

@@ -131,6 +131,40 @@ static void timers_fire_by_due_time_and_same_durations_in_start_order(void **sta
 	perch_loop_free(loop);
 }
 
+/*
+ * Twelve durations (more than the loop keeps a list each for) three times
+ * over, started in a scrambled order and all due before one turn runs
+ * them: they run by due time, and each duration's three in start order.
+ */
+static void timers_of_many_durations_due_in_one_turn_run_in_due_order(void **state)
+{
+	enum { DURATIONS = 12, EACH = 3, N = DURATIONS * EACH };
+	struct perch_loop *loop = new_loop();
+	struct perch_timer t[N];
+	struct firing f[N];
+	int next = 0;
+	for (int k = 0; k < N; k++) {
+		int i = (k * 7) % N; /* 7 is prime to 36: every timer once, durations interleaved */
+		f[i] = (struct firing){ .next_order = &next, .id = i };
+		perch_timer_init(&t[i], loop, record, &f[i]);
+		assert_int_equal(perch_timer_start(&t[i], 10u * (unsigned)(1 + i % DURATIONS)), 0);
+	}
+	usleep((10 * DURATIONS + 30) * 1000);
+	assert_true(perch_loop_run_once(loop, 0) >= 0);
+	/* Expected rank: by duration, then by start order within it (k = i * 31 mod 36 undoes the scramble). */
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(f[i].count, 1);
+		int earlier = 0;
+		for (int j = 0; j < N; j++) {
+			int dj = j % DURATIONS, di = i % DURATIONS;
+			if (dj < di || (dj == di && (j * 31) % N < (i * 31) % N))
+				earlier++;
+		}
+		assert_int_equal(f[i].order[0], earlier);
+	}
+	perch_loop_free(loop);
+}
+
 static void a_stopped_timer_does_not_fire_and_stopping_twice_is_harmless(void **state)
 {
 	struct perch_loop *loop = new_loop();
@@ -262,10 +296,12 @@ static void start_and_stop_off_the_owning_thread_are_refused_with_eexist(void **
 	perch_loop_free(loop);
 }
 
-/* Posted to a loop running on its own thread: starts the timer there. */
+/* Posted to a loop running on its own thread: starts the timer there (the test thread checks the result). */
+static int posted_start_rc = 1;
+
 static void start_posted(void *arg)
 {
-	assert_int_equal(perch_timer_start(arg, 5), 0);
+	posted_start_rc = perch_timer_start(arg, 5);
 }
 
 static void fired_then_post(struct perch_timer *t, void *arg)
@@ -300,6 +336,7 @@ static void a_timer_started_from_posted_work_fires_on_the_loop_thread(void **sta
 	while ((rc = sem_timedwait(&fired, &ts)) != 0 && errno == EINTR)
 		;
 	assert_int_equal(rc, 0);
+	assert_int_equal(posted_start_rc, 0);
 	assert_true(pthread_equal(f.thread, th));
 	perch_loop_stop(loop);
 	pthread_join(th, NULL);
@@ -308,6 +345,11 @@ static void a_timer_started_from_posted_work_fires_on_the_loop_thread(void **sta
 }
 
 /* ---- the end of a loop, and bad input ---- */
+
+static void never_accepts(struct perch_listener *l, struct perch_conn *c, void *arg)
+{
+	perch_conn_release(c);
+}
 
 struct at_free {
 	struct perch_timer *t;
@@ -320,7 +362,7 @@ static void start_while_freeing(void *arg)
 	a->start_rc = perch_timer_start(a->t, 0);
 }
 
-static void timers_never_fire_once_the_loop_is_being_freed(void **state)
+static void timers_never_fire_once_the_loop_is_freed_and_are_unbound_by_it(void **state)
 {
 	struct perch_loop *loop = new_loop();
 	struct perch_timer armed, late;
@@ -328,13 +370,23 @@ static void timers_never_fire_once_the_loop_is_being_freed(void **state)
 	perch_timer_init(&armed, loop, record, &f);
 	perch_timer_init(&late, loop, record, &g);
 	assert_int_equal(perch_timer_start(&armed, 0), 0);
+	/* A listener keeps the free polling for its close, where a timer must not run either. */
+	struct perch_listener *ls;
+	assert_int_equal(perch_listen(loop, "127.0.0.1", 0, NULL, never_accepts, NULL, &ls), 0);
+	assert_true(perch_loop_run_once(loop, 0) >= 0);
+	assert_int_equal(f.count, 1);
+	assert_int_equal(perch_timer_start(&armed, 0), 0);
 	struct at_free a = { .t = &late, .start_rc = 1 };
 	assert_int_equal(perch_loop_post(loop, start_while_freeing, &a), 0);
 	perch_loop_free(loop); /* runs the posted work, not the timers */
 	assert_int_equal(a.start_rc, -ECANCELED);
-	assert_int_equal(f.count, 0);
+	assert_int_equal(f.count, 1);
 	assert_int_equal(g.count, 0);
 	assert_false(perch_timer_is_armed(&late));
+	/* The armed one was disarmed and unbound: calls on it are refused, not sent to the freed loop. */
+	assert_false(perch_timer_is_armed(&armed));
+	assert_int_equal(perch_timer_stop(&armed), -EINVAL);
+	assert_int_equal(perch_timer_start(&armed, 10), -EINVAL);
 }
 
 static void bad_arguments_return_einval_and_change_nothing(void **state)
@@ -370,13 +422,14 @@ int main(void)
 		cmocka_unit_test(a_timer_fires_once_after_its_time_and_never_before),
 		cmocka_unit_test(a_turn_with_no_limit_sleeps_only_until_the_soonest_timer),
 		cmocka_unit_test(timers_fire_by_due_time_and_same_durations_in_start_order),
+		cmocka_unit_test(timers_of_many_durations_due_in_one_turn_run_in_due_order),
 		cmocka_unit_test(a_stopped_timer_does_not_fire_and_stopping_twice_is_harmless),
 		cmocka_unit_test(starting_an_armed_timer_again_replaces_its_time),
 		cmocka_unit_test(a_callback_restarting_its_timer_for_0_ms_fires_it_once_a_turn),
 		cmocka_unit_test(a_callback_may_stop_another_due_timer_and_free_its_own),
 		cmocka_unit_test(start_and_stop_off_the_owning_thread_are_refused_with_eexist),
 		cmocka_unit_test(a_timer_started_from_posted_work_fires_on_the_loop_thread),
-		cmocka_unit_test(timers_never_fire_once_the_loop_is_being_freed),
+		cmocka_unit_test(timers_never_fire_once_the_loop_is_freed_and_are_unbound_by_it),
 		cmocka_unit_test(bad_arguments_return_einval_and_change_nothing),
 	};
 	const char *only = getenv("PERCH_TEST_FILTER");

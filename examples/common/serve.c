@@ -419,18 +419,21 @@ static void usage(const char *prog)
 		"  --backend B    the loop's backend, passed to the library as PERCH_BACKEND=B\n"
 		"  --recv M       receive mode of each connection (default: the loop's, multishot)\n"
 		"  --idle-timeout MS  close a connection that gets no answer flushed for this long\n"
-		"                 (idle, trickling a request, or not reading; default 60000; 0: never)\n"
+		"                 (idle, trickling a request, or not reading; default 60000; 0: never;\n"
+		"                 at most 86400000, a day)\n"
 		"%s",
 		prog, serve_extra_usage ? serve_extra_usage : "");
 }
 
-/* A whole decimal number in [lo, hi], or -1. */
+/* Decimal digits only (no sign, no space) making a number in [lo, hi], or -1. */
 static long parse_num(const char *s, long lo, long hi)
 {
 	char *end;
+	if (*s < '0' || *s > '9')
+		return -1;
 	errno = 0;
 	long v = strtol(s, &end, 10);
-	return (errno || end == s || *end || v < lo || v > hi) ? -1 : v;
+	return (errno || *end || v < lo || v > hi) ? -1 : v;
 }
 
 static int parse_recv(const char *s, enum perch_recv_mode *m)
@@ -536,9 +539,13 @@ int serve_main(int argc, char **argv, const char *prog, serve_start_fn start, se
 	}
 	/* What the loop really runs: io_uring refused falls back to epoll (one line on stderr says why). */
 	bool v6 = strchr(o.host, ':') != NULL;
-	printf("%s: listening on %s%s%s:%d, %d thread%s, backend %s\n", prog, v6 ? "[" : "", o.host,
-	       v6 ? "]" : "", serve_port(srv),
-	       o.threads, o.threads == 1 ? "" : "s", perch_loop_backend_name(srv->wk[0].loop));
+	printf("%s: listening on %s%s%s:%d, %d thread%s, backend %s, idle timeout ", prog, v6 ? "[" : "",
+	       o.host, v6 ? "]" : "", serve_port(srv), o.threads, o.threads == 1 ? "" : "s",
+	       perch_loop_backend_name(srv->wk[0].loop));
+	if (o.idle_timeout_ms)
+		printf("%u ms\n", o.idle_timeout_ms);
+	else
+		printf("none\n");
 	fflush(stdout);
 	int sig;
 	while (sigwait(&set, &sig) != 0)

@@ -72,10 +72,10 @@ static void session_end(struct proxy_session *ps, bool cut)
 }
 
 /*
- * Bytes reached the kernel one way or the other: the idle time starts
- * again. A session where neither side's bytes move (both quiet, or the
- * side being written to stopped reading) is cut once it runs out, with
- * resets: a flush may have been cut short.
+ * A flush completed one way or the other: the idle time starts again. A
+ * session where no flush completes (both sides quiet, or the side being
+ * written to reads too slowly to take one flush in that time) is cut
+ * once it runs out, with resets: a flush may have been cut short.
  */
 static void session_moved(struct proxy_session *ps)
 {

@@ -18,9 +18,11 @@ extern "C" {
  * (closed), -EAGAIN (nothing new to read), -ESTALE (a value-task token of
  * another version), -EALREADY (a version completed twice), -ERANGE (a
  * value-task result outside int32_t), -ENOMEM, -ETIMEDOUT, -ECANCELED (a
- * parked read or flush canceled, a connect outlived by its loop),
- * -EOPNOTSUPP (perch_conn_shutdown on a connection without a write side of
- * its own). Results from the kernel pass through as they come: a flush's
+ * parked read or flush canceled, a connect outlived by its loop, a timer
+ * started while its loop is being freed), -EEXIST (a loop run, or a timer
+ * started or stopped, from a thread other than the one that owns the
+ * loop), -EOPNOTSUPP (perch_conn_shutdown on a connection without a write
+ * side of its own). Results from the kernel pass through as they come: a flush's
  * or a read's -ECONNRESET, -EPIPE or -ETIMEDOUT, a connect's -ECONNREFUSED.
  * No call sets errno. The few that cannot fail say what they return instead
  * (perch_vtask_ready: a token, 0 for a NULL task; perch_conn_release: void;

@@ -106,7 +106,7 @@ PERCH_API int perch_conn_try_read(struct perch_conn *c, struct perch_read_result
  * connection as its listener. On PERCH_PENDING, *task is the value task
  * that completes (with 0) when the read is ready; then call
  * perch_conn_try_read, which may still return -EAGAIN: a wake can bring
- * nothing new (read again).
+ * nothing new (then call perch_conn_read again, which parks anew).
  */
 PERCH_API int perch_conn_read(struct perch_conn *c, struct perch_read_result *out,
 			      struct perch_vtask_handle *task);

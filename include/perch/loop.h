@@ -86,8 +86,9 @@ typedef void (*perch_connect_fn)(struct perch_loop *loop, struct perch_conn *c, 
 /* ---- The loop. new/free/run on the owning thread; stop and post from any thread. ---- */
 
 /*
- * Creates a loop. It is bound to the first thread that runs it; every
- * later run, and perch_loop_free, must happen on that thread. With the
+ * Creates a loop. It is bound to the first thread that runs it (or that
+ * starts or stops one of its timers, perch/timer.h); every later run, and
+ * perch_loop_free, must happen on that thread. With the
  * default backend, an io_uring refused by the kernel (EPERM, ENOSYS,
  * ENOMEM) falls back to epoll with one stderr line naming the reason.
  * Returns 0 with *out set; -EINVAL for a NULL out, a bad option or a
@@ -139,8 +140,10 @@ PERCH_API bool perch_loop_is_current(const struct perch_loop *loop);
 
 /*
  * Closes every listener and connection still on the loop, waits for their
- * last completions (a few seconds at most), then frees the loop. Call it
- * on the thread that ran the loop (any thread if it never ran), after
+ * last completions (a few seconds at most), disarms and unbinds every
+ * timer still armed without running it (calls on such a timer then return
+ * -EINVAL until perch_timer_init binds it again), then frees the loop.
+ * Call it on the thread that owns the loop (any thread if none does), after
  * perch_loop_run returned, and after releasing every connection (their
  * buffers belong to the loop) and every buffer forwarded from them has
  * come back (perch_conn_forward: a send completed, an in-memory pipe's

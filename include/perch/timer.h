@@ -27,7 +27,7 @@ typedef void (*perch_timer_fn)(struct perch_timer *t, void *arg);
  * A timer: embedded in what it times (a session, a request), no memory of
  * its own. Fields are private: use the calls below. While it is armed the
  * loop links it, so its memory must stay until it fires, is stopped, or
- * the loop is freed.
+ * perch_loop_free returns (which disarms it and unbinds it from the loop).
  */
 struct perch_timer {
 	struct perch_loop *loop;
@@ -40,8 +40,10 @@ struct perch_timer {
 
 /*
  * Binds a timer to `loop`, with the callback it will run; it starts
- * disarmed. Any thread; touches no loop state. Not for an armed timer.
- * Returns 0 or -EINVAL (a NULL argument).
+ * disarmed. Any thread; touches no loop state. Never on an armed timer
+ * (stop it first): it would stay linked in the loop, and perch cannot tell
+ * an armed timer from uninitialised memory to refuse it. Returns 0 or
+ * -EINVAL (a NULL argument).
  */
 PERCH_API int perch_timer_init(struct perch_timer *t, struct perch_loop *loop, perch_timer_fn fn,
 			       void *arg);
@@ -57,8 +59,9 @@ PERCH_API int perch_timer_init(struct perch_timer *t, struct perch_loop *loop, p
  * On the loop's thread only: inside its callbacks, or on the thread that
  * runs it between turns. Like perch_loop_run_once, the first thread to
  * touch a loop that never ran claims it. Returns 0, -EINVAL (NULL, not
- * initialised, ms above PERCH_TIMER_MAX_MS), -EEXIST (another thread owns
- * the loop), or -ECANCELED (the loop is being freed: it would never fire).
+ * initialised or unbound by perch_loop_free, ms above PERCH_TIMER_MAX_MS),
+ * -EEXIST (another thread owns the loop), or -ECANCELED (the loop is being
+ * freed: it would never fire).
  * A refused start leaves the timer as it was.
  */
 PERCH_API int perch_timer_start(struct perch_timer *t, unsigned ms);
