@@ -12,8 +12,9 @@
 # (e.g. tests/test_epoll a_yielded_...) is judged by that cmocka program
 # instead: it must pass on the real code and fail with the patch (TEST,
 # when given, runs first on its own through PERCH_TEST_FILTER; then the
-# whole program). Exits 1 unless every mutant is caught and the real code
-# passes.
+# whole program); "# Caught by asan test: PROGRAM [TEST]" is the same in
+# an ASan+UBSan build, for a use after free the plain build runs through.
+# Exits 1 unless every mutant is caught and the real code passes.
 set -euo pipefail
 
 src=$(cd "${1:-$(dirname "$0")/../..}" && pwd)
@@ -73,14 +74,31 @@ named_test() {
 	sed -nE 's/^# Caught by test: ([^ ]+)( +([^ ]+))? *$/\1 \3/p' "$1" | head -n 1
 }
 
-# Builds and runs cmocka program $1 (only the tests matching $2 when given);
-# leaves its exit status in $test_rc (255: it did not build), output in run.log.
+# A patch's "Caught by asan test:" line: the same, judged in an ASan+UBSan
+# build (a use after free that the plain build runs through unharmed).
+named_asan_test() {
+	sed -nE 's/^# Caught by asan test: ([^ ]+)( +([^ ]+))? *$/\1 \3/p' "$1" | head -n 1
+}
+
+# The ASan+UBSan build directory, configured the first time a mutant needs it.
+asan_build() {
+	if [ ! -f "$scratch/b-asan/Makefile" ]; then
+		mkdir -p "$scratch/b-asan"
+		(cd "$scratch/b-asan" && ../configure -q --enable-sanitizers=address,undefined >/dev/null)
+	fi
+	echo "$scratch/b-asan"
+}
+
+# Builds and runs cmocka program $1 (only the tests matching $2 when given)
+# in $build_dir (default: the plain build); leaves its exit status in
+# $test_rc (255: it did not build), its output in run.log.
 run_test() {
+	local dir=${build_dir:-$scratch/b}
 	set +e
-	if ! make -C "$scratch/b" -j"$(nproc)" "$1" >"$scratch/build.log" 2>&1; then
+	if ! make -C "$dir" -j"$(nproc)" "$1" >"$scratch/build.log" 2>&1; then
 		test_rc=255
 	else
-		PERCH_TEST_FILTER=${2:-} timeout "$test_limit" "$scratch/b/$1" >"$scratch/run.log" 2>&1
+		PERCH_TEST_FILTER=${2:-} timeout "$test_limit" "$dir/$1" >"$scratch/run.log" 2>&1
 		test_rc=$?
 	fi
 	set -e
@@ -93,6 +111,8 @@ test_failure() {
 	sed -nE 's/^\[  FAILED  \] ([a-z_0-9]+)$/\1/p' "$scratch/run.log" | sort -u |
 		awk 'NR <= 3; END { if (NR > 3) print "(+" NR - 3 " more failed)" }'
 	grep -m1 -E '^\[  (ERROR|FAILED) +\] ---' "$scratch/run.log" | sed 's/^\[ *[A-Z]* *\] --- //'
+	grep -m1 -E '^\[   LINE   \] ---' "$scratch/run.log" | sed 's/^.*--- .*\/tests\//tests\//'
+	grep -m1 -oE '(AddressSanitizer|UndefinedBehaviorSanitizer): [A-Za-z-]+( on address)?' "$scratch/run.log"
 }
 
 # A mutant judged by a cmocka program: prints its verdict line; returns 1 when missed.
@@ -140,6 +160,16 @@ done | awk '{print $1}' | sort -u); do
 	fi
 	tests_named="${tests_named:-} $program"
 done
+for program in $(for patch in "$src"/stress/mutants/*.patch; do
+	# shellcheck disable=SC2254
+	case $(basename "$patch" .patch) in $only) named_asan_test "$patch" ;; esac
+done | awk '{print $1}' | sort -u); do
+	build_dir=$(asan_build) run_test "$program"
+	if [ "$test_rc" -ne 0 ]; then
+		echo "gate: the real code FAILS $program under ASan:"; cat "$scratch/build.log" "$scratch/run.log"; exit 1
+	fi
+	tests_named="${tests_named:-} $program (asan)"
+done
 printf '%-50s %s\n' "real code" "passes (race suite${tests_named:+,$tests_named})"
 
 missed=0 total=0
@@ -154,9 +184,13 @@ for patch in "$src"/stress/mutants/*.patch; do
 		printf '%-50s %s\n' "$name" "DOES NOT APPLY"; missed=$((missed + 1)); continue
 	fi
 	by_test=$(named_test "$patch")
+	by_asan_test=$(named_asan_test "$patch")
 	if [ -n "$by_test" ]; then
 		# shellcheck disable=SC2086 # "PROGRAM [TEST]": two words
 		judge_by_test "$name" $by_test || missed=$((missed + 1))
+	elif [ -n "$by_asan_test" ]; then
+		# shellcheck disable=SC2086
+		build_dir=$(asan_build) judge_by_test "$name" $by_asan_test || missed=$((missed + 1))
 	elif ! build_suite; then
 		printf '%-50s %s\n' "$name" "DOES NOT BUILD"; missed=$((missed + 1))
 	else
