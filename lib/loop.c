@@ -1252,6 +1252,8 @@ void perch_loop_free(struct perch_loop *loop)
 			drain_inbox(loop);
 			close_all(loop);
 		}
+		/* A post under way when the free began lands before this last drain, and runs. */
+		wait_posters(loop);
 		drain_inbox(loop);
 		current_loop = prev;
 	}

@@ -1,4 +1,4 @@
-/* lib/timer.c: the loop's timers (connect timeouts among them): a list kept in due order, expired after each turn's completions. */
+/* lib/timer.c: the loop's timers (connect timeouts among them): a list per duration in due order, expired after each turn's completions. */
 #include "config.h"
 
 #include <errno.h>
@@ -32,11 +32,14 @@ static void list_unlink(struct perch__timer_list *l, struct perch_timer *t)
  * (a connect posted from another thread may arm a little out of order), so
  * it goes in at once. Equal dues keep start order.
  */
-static void list_insert_by_due(struct perch__timer_list *l, struct perch_timer *t)
+static void list_insert_by_due(struct perch_loop *loop, struct perch__timer_list *l,
+			       struct perch_timer *t)
 {
 	struct perch_timer *after = l->tail;
-	while (after && after->due_ms > t->due_ms)
+	while (after && after->due_ms > t->due_ms) {
 		after = after->prev;
+		loop->stats.timer_walk_steps++;
+	}
 	t->prev = after;
 	t->next = after ? after->next : l->head;
 	if (t->next)
@@ -106,7 +109,7 @@ void perch__timer_arm_at(struct perch_timer *t, double due_ms, unsigned ms)
 {
 	perch__timer_disarm(t);
 	t->due_ms = due_ms;
-	list_insert_by_due(list_for(t->loop, ms), t);
+	list_insert_by_due(t->loop, list_for(t->loop, ms), t);
 }
 
 bool perch__timers_soonest(const struct perch_loop *loop, double *due_ms)

@@ -10,6 +10,7 @@
 
 #include <perch.h>
 
+#include "backend.h" /* the loop's stats: timer_walk_steps */
 #include "cmocka_prelude.h"
 
 static enum perch_backend backend;
@@ -163,6 +164,35 @@ static void timers_of_many_durations_due_in_one_turn_run_in_due_order(void **sta
 		assert_int_equal(f[i].order[0], earlier);
 	}
 	perch_loop_free(loop);
+}
+
+/*
+ * The proxy's mix: an idle timeout per session and a shorter connect
+ * timeout per new client. Each duration has its list, so no start walks
+ * past a timer to find its place (one list for all walked past every
+ * idle timeout for each connect timeout).
+ */
+static void a_start_among_many_timers_of_another_duration_walks_past_none(void **state)
+{
+	enum { IDLE = 1000 };
+	struct perch_loop *loop = new_loop();
+	struct perch_timer *idle = calloc(IDLE, sizeof(*idle)), connect;
+	struct firing f = { 0 };
+	assert_non_null(idle);
+	for (int i = 0; i < IDLE; i++) {
+		perch_timer_init(&idle[i], loop, record, &f);
+		assert_int_equal(perch_timer_start(&idle[i], 60000), 0);
+	}
+	perch_timer_init(&connect, loop, record, &f);
+	for (int i = 0; i < 100; i++) {
+		assert_int_equal(perch_timer_start(&connect, 5000), 0);
+		assert_int_equal(perch_timer_start(&idle[(i * 37) % IDLE], 60000), 0);
+		assert_int_equal(perch_timer_stop(&connect), 0);
+	}
+	assert_int_equal(loop->stats.timer_walk_steps, 0);
+	perch_loop_free(loop); /* unbinds the armed ones */
+	free(idle);
+	assert_int_equal(f.count, 0);
 }
 
 static void a_stopped_timer_does_not_fire_and_stopping_twice_is_harmless(void **state)
@@ -364,11 +394,16 @@ static void start_while_freeing(void *arg)
 
 static void timers_never_fire_once_the_loop_is_freed_and_are_unbound_by_it(void **state)
 {
+	enum { DURATIONS = 12 }; /* more than have a list each: the shared list is unbound too */
 	struct perch_loop *loop = new_loop();
-	struct perch_timer armed, late;
-	struct firing f = { 0 }, g = { 0 };
+	struct perch_timer armed, late, many[DURATIONS];
+	struct firing f = { 0 }, g = { 0 }, h = { 0 };
 	perch_timer_init(&armed, loop, record, &f);
 	perch_timer_init(&late, loop, record, &g);
+	for (int i = 0; i < DURATIONS; i++) {
+		perch_timer_init(&many[i], loop, record, &h);
+		assert_int_equal(perch_timer_start(&many[i], 60000u + (unsigned)i), 0);
+	}
 	assert_int_equal(perch_timer_start(&armed, 0), 0);
 	/* A listener keeps the free polling for its close, where a timer must not run either. */
 	struct perch_listener *ls;
@@ -387,6 +422,11 @@ static void timers_never_fire_once_the_loop_is_freed_and_are_unbound_by_it(void 
 	assert_false(perch_timer_is_armed(&armed));
 	assert_int_equal(perch_timer_stop(&armed), -EINVAL);
 	assert_int_equal(perch_timer_start(&armed, 10), -EINVAL);
+	for (int i = 0; i < DURATIONS; i++) {
+		assert_false(perch_timer_is_armed(&many[i]));
+		assert_int_equal(perch_timer_stop(&many[i]), -EINVAL);
+	}
+	assert_int_equal(h.count, 0);
 }
 
 static void bad_arguments_return_einval_and_change_nothing(void **state)
@@ -423,6 +463,7 @@ int main(void)
 		cmocka_unit_test(a_turn_with_no_limit_sleeps_only_until_the_soonest_timer),
 		cmocka_unit_test(timers_fire_by_due_time_and_same_durations_in_start_order),
 		cmocka_unit_test(timers_of_many_durations_due_in_one_turn_run_in_due_order),
+		cmocka_unit_test(a_start_among_many_timers_of_another_duration_walks_past_none),
 		cmocka_unit_test(a_stopped_timer_does_not_fire_and_stopping_twice_is_harmless),
 		cmocka_unit_test(starting_an_armed_timer_again_replaces_its_time),
 		cmocka_unit_test(a_callback_restarting_its_timer_for_0_ms_fires_it_once_a_turn),

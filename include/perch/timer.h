@@ -27,7 +27,10 @@ typedef void (*perch_timer_fn)(struct perch_timer *t, void *arg);
  * A timer: embedded in what it times (a session, a request), no memory of
  * its own. Fields are private: use the calls below. While it is armed the
  * loop links it, so its memory must stay until it fires, is stopped, or
- * perch_loop_free returns (which disarms it and unbinds it from the loop).
+ * perch_loop_free returns (which disarms it and unbinds it from the loop:
+ * later calls on it return -EINVAL). A timer not armed at the free still
+ * names the freed loop: do not start or stop it again before
+ * perch_timer_init binds it to a live loop.
  */
 struct perch_timer {
 	struct perch_loop *loop;

@@ -89,11 +89,11 @@ asan_build() {
 	echo "$scratch/b-asan"
 }
 
-# Builds and runs cmocka program $1 (only the tests matching $2 when given)
-# in $build_dir (default: the plain build); leaves its exit status in
-# $test_rc (255: it did not build), its output in run.log.
+# Builds and runs cmocka program $1 (only the tests matching $2, unless
+# empty) in build directory $3 (default: the plain build); leaves its exit
+# status in $test_rc (255: it did not build), its output in run.log.
 run_test() {
-	local dir=${build_dir:-$scratch/b}
+	local dir=${3:-$scratch/b}
 	set +e
 	if ! make -C "$dir" -j"$(nproc)" "$1" >"$scratch/build.log" 2>&1; then
 		test_rc=255
@@ -115,18 +115,24 @@ test_failure() {
 	grep -m1 -oE '(AddressSanitizer|UndefinedBehaviorSanitizer): [A-Za-z-]+( on address)?' "$scratch/run.log"
 }
 
-# A mutant judged by a cmocka program: prints its verdict line; returns 1 when missed.
+# A mutant judged by a cmocka program built in DIR: "judge_by_test NAME DIR
+# SANITIZER PROGRAM [TEST]"; with SANITIZER 1 only a sanitizer's report
+# counts as a catch (an assertion or a timeout in the slower build does
+# not). Prints its verdict line; returns 1 when missed.
 judge_by_test() {
-	local name=$1 program=$2 filter=${3:-} how
-	run_test "$program" "$filter"
+	local name=$1 dir=$2 sanitizer=$3 program=$4 filter=${5:-} how
+	run_test "$program" "$filter" "$dir"
 	if [ "$test_rc" -eq 255 ]; then
 		printf '%-50s %s\n' "$name" "DOES NOT BUILD"; return 1
 	fi
 	if [ "$test_rc" -eq 0 ] && [ -n "$filter" ]; then
-		run_test "$program" # the named test missed it: try the whole program
+		run_test "$program" "" "$dir" # the named test missed it: try the whole program
 	fi
 	if [ "$test_rc" -eq 0 ]; then
 		printf '%-50s %s\n' "$name" "MISSED ($program passes)"; return 1
+	fi
+	if [ "$sanitizer" = 1 ] && ! grep -qE '(Address|UndefinedBehavior|Leak)Sanitizer' "$scratch/run.log"; then
+		printf '%-50s %s\n' "$name" "MISSED ($program failed without a sanitizer report)"; return 1
 	fi
 	how=$(test_failure | paste -sd ';' | sed 's/;/; /g')
 	printf '%-50s caught by: %s: %s\n' "$name" "$program" "$how"
@@ -164,7 +170,7 @@ for program in $(for patch in "$src"/stress/mutants/*.patch; do
 	# shellcheck disable=SC2254
 	case $(basename "$patch" .patch) in $only) named_asan_test "$patch" ;; esac
 done | awk '{print $1}' | sort -u); do
-	build_dir=$(asan_build) run_test "$program"
+	run_test "$program" "" "$(asan_build)"
 	if [ "$test_rc" -ne 0 ]; then
 		echo "gate: the real code FAILS $program under ASan:"; cat "$scratch/build.log" "$scratch/run.log"; exit 1
 	fi
@@ -187,10 +193,10 @@ for patch in "$src"/stress/mutants/*.patch; do
 	by_asan_test=$(named_asan_test "$patch")
 	if [ -n "$by_test" ]; then
 		# shellcheck disable=SC2086 # "PROGRAM [TEST]": two words
-		judge_by_test "$name" $by_test || missed=$((missed + 1))
+		judge_by_test "$name" "$scratch/b" 0 $by_test || missed=$((missed + 1))
 	elif [ -n "$by_asan_test" ]; then
 		# shellcheck disable=SC2086
-		build_dir=$(asan_build) judge_by_test "$name" $by_asan_test || missed=$((missed + 1))
+		judge_by_test "$name" "$(asan_build)" 1 $by_asan_test || missed=$((missed + 1))
 	elif ! build_suite; then
 		printf '%-50s %s\n' "$name" "DOES NOT BUILD"; missed=$((missed + 1))
 	else
