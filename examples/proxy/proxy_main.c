@@ -1,4 +1,4 @@
-/* examples/proxy/proxy_main.c: `proxy --to HOST:PORT [--connect-timeout MS] [--port P] [--host ADDR] [--threads N] [--backend B] [--recv M]`. */
+/* examples/proxy/proxy_main.c: `proxy --to HOST:PORT [--connect-timeout MS] [--port P] [--host ADDR] [--threads N] [--backend B] [--recv M] [--idle-timeout MS]`. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,8 +10,13 @@
 
 static struct proxy_target target = { .connect_timeout_ms = DEFAULT_CONNECT_TIMEOUT_MS };
 
+/* Called by serve_main once the shared options parsed: only then is the target worth announcing. */
 static int start(const struct serve_opts *o, struct serve **out)
 {
+	bool v6 = strchr(target.host, ':') != NULL;
+	printf("proxy: each client to %s%s%s:%d, connect timeout %u ms%s\n", v6 ? "[" : "", target.host,
+	       v6 ? "]" : "", target.port, target.connect_timeout_ms,
+	       target.connect_timeout_ms ? "" : " (none: the kernel's)");
 	return proxy_start(o, &target, out);
 }
 
@@ -96,9 +101,5 @@ int main(int argc, char **argv)
 			return bad("--connect-timeout", timeout);
 		target.connect_timeout_ms = (unsigned)ms;
 	}
-	bool v6 = strchr(target.host, ':') != NULL;
-	printf("proxy: each client to %s%s%s:%d, connect timeout %u ms%s\n", v6 ? "[" : "", target.host,
-	       v6 ? "]" : "", target.port, target.connect_timeout_ms,
-	       target.connect_timeout_ms ? "" : " (none: the kernel's)");
 	return serve_main(n, argv, "proxy", start, proxy_stop);
 }
