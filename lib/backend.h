@@ -180,7 +180,7 @@ struct perch_loop {
 	struct perch__txbuf *txbuf_pool; /* spent staging buffers, lent to the next writes */
 	uint32_t txbuf_pooled;       /* at most PERCH__TXBUF_POOL_MAX */
 	struct perch__sock *accept_paused; /* listeners out of fds, resumed when a socket closes */
-	double accept_paused_at_ms;        /* when the first of them paused (CLOCK_MONOTONIC) */
+	struct perch_timer accept_retry;   /* armed while any is paused: resumes them all once it fires */
 	/* armed timers (timed connects too): a list per duration, [DURATIONS] for the rest */
 	struct perch__timer_list timers[PERCH__TIMER_DURATIONS + 1];
 	struct perch__timer_list timers_firing; /* due ones, while perch__timers_expire runs them */

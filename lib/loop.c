@@ -355,6 +355,7 @@ static void resume_accepting(struct perch_loop *loop)
 {
 	struct perch__sock *ls = loop->accept_paused;
 	loop->accept_paused = NULL;
+	perch__timer_disarm(&loop->accept_retry);
 	while (ls) {
 		struct perch__sock *next = ls->accept_paused_next;
 		ls->accept_paused = false;
@@ -365,13 +366,20 @@ static void resume_accepting(struct perch_loop *loop)
 	}
 }
 
+/* PERCH__ACCEPT_RETRY_MS after the first listener paused and no socket closed meanwhile. */
+static void accept_retry_due(struct perch_timer *t, void *arg)
+{
+	resume_accepting(arg);
+}
+
 static void pause_accepting(struct perch__sock *ls)
 {
 	struct perch_loop *loop = ls->loop;
 	if (ls->accept_paused)
 		return;
 	if (!loop->accept_paused)
-		loop->accept_paused_at_ms = perch__now_ms();
+		perch__timer_arm_at(&loop->accept_retry, perch__now_ms() + PERCH__ACCEPT_RETRY_MS,
+				    PERCH__ACCEPT_RETRY_MS);
 	ls->accept_paused = true;
 	ls->accept_paused_next = loop->accept_paused;
 	loop->accept_paused = ls;
@@ -379,29 +387,15 @@ static void pause_accepting(struct perch__sock *ls)
 	loop->be->accept_pause(ls);
 }
 
-/* The sooner of a wait of timeout_ms (-1: none) and one until at_ms, rounded up. */
-static int sooner(int timeout_ms, double at_ms)
-{
-	double left = at_ms - perch__now_ms();
-	int ms = left > 0 ? (int)left + 1 : 0;
-	return timeout_ms < 0 || ms < timeout_ms ? ms : timeout_ms;
-}
-
-/* How long a turn may sleep: a paused listener's retry and the soonest timer bound it. */
+/* How long a turn may sleep: until the soonest timer (a paused listener's retry among them), rounded up. */
 static int turn_timeout(struct perch_loop *loop, int timeout_ms)
 {
 	double due_ms;
-	if (loop->accept_paused)
-		timeout_ms = sooner(timeout_ms, loop->accept_paused_at_ms + PERCH__ACCEPT_RETRY_MS);
-	if (perch__timers_soonest(loop, &due_ms))
-		timeout_ms = sooner(timeout_ms, due_ms);
-	return timeout_ms;
-}
-
-static void retry_paused_accepts(struct perch_loop *loop)
-{
-	if (loop->accept_paused && perch__now_ms() >= loop->accept_paused_at_ms + PERCH__ACCEPT_RETRY_MS)
-		resume_accepting(loop);
+	if (!perch__timers_soonest(loop, &due_ms))
+		return timeout_ms;
+	double left = due_ms - perch__now_ms();
+	int ms = left > 0 ? (int)left + 1 : 0;
+	return timeout_ms < 0 || ms < timeout_ms ? ms : timeout_ms;
 }
 
 static void start_close(struct perch__sock *s)
@@ -1124,6 +1118,7 @@ int perch_loop_new(const struct perch_loop_opts *opts, struct perch_loop **out)
 		return -ENOMEM;
 	memset(loop, 0, sizeof(*loop));
 	ck_stack_init(&loop->inbox);
+	perch_timer_init(&loop->accept_retry, loop, accept_retry_due, loop);
 	loop->opts = o;
 	loop->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (loop->wake_fd < 0) {
@@ -1178,7 +1173,6 @@ int perch_loop_run_once(struct perch_loop *loop, int timeout_ms)
 	/* Posted work counts as this turn's events: do not also sleep. */
 	int rc = loop->be->poll(loop, posted ? 0 : turn_timeout(loop, timeout_ms));
 	perch__timers_expire(loop);
-	retry_paused_accepts(loop);
 	current_loop = prev;
 	return rc < 0 ? rc : rc + posted;
 }

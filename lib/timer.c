@@ -145,6 +145,15 @@ void perch__timers_expire(struct perch_loop *loop)
 	}
 }
 
+static void unbind_list(struct perch__timer_list *l)
+{
+	while (l->head) {
+		struct perch_timer *t = l->head;
+		list_unlink(l, t);
+		t->loop = NULL;
+	}
+}
+
 /*
  * perch_loop_free, last: every armed timer is taken off and unbound, so
  * that it reads disarmed and a later call on it is refused (-EINVAL)
@@ -152,14 +161,9 @@ void perch__timers_expire(struct perch_loop *loop)
  */
 void perch__timers_unbind_all(struct perch_loop *loop)
 {
-	for (int i = 0; i <= PERCH__TIMER_DURATIONS + 1; i++) {
-		struct perch__timer_list *l = i <= PERCH__TIMER_DURATIONS ? &loop->timers[i] : &loop->timers_firing;
-		while (l->head) {
-			struct perch_timer *t = l->head;
-			list_unlink(l, t);
-			t->loop = NULL;
-		}
-	}
+	for (int i = 0; i <= PERCH__TIMER_DURATIONS; i++)
+		unbind_list(&loop->timers[i]);
+	unbind_list(&loop->timers_firing);
 }
 
 /* ---- the public calls: on the loop's thread ---- */

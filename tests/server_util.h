@@ -19,6 +19,8 @@
 #include "serve.h"
 
 #define SU_TIMEOUT_S 10    /* every blocking read or write of a test gives up after this */
+#define SU_IDLE_MS 300        /* the idle timeout of the setup_idle fixture: for tests that wait for it */
+#define SU_IDLE_LONG_MS 1000  /* setup_idle_long's: for tests that must not be cut, with room for a stall */
 
 /*
  * A client socket connected to 127.0.0.1:port, with read and write
@@ -178,6 +180,19 @@ static inline size_t su_http_response(int fd, char *buf, size_t cap, int *status
 	return len + body;
 }
 
+/*
+ * The server closes fd one idle timeout (SU_IDLE_MS) after since_ms, a time
+ * taken before whatever started its idle time: never earlier, and well
+ * before the tests' own timeout.
+ */
+static inline void su_closed_after_idle(int fd, double since_ms)
+{
+	assert_true(su_peer_closed(fd));
+	double idle = su_now_ms() - since_ms;
+	assert_true(idle >= SU_IDLE_MS);
+	assert_true(idle < 5000);
+}
+
 /* A server started in-process on 127.0.0.1, port 0; the fds open before it, to find leaks after. */
 struct su_server {
 	struct serve *srv;
@@ -186,8 +201,6 @@ struct su_server {
 	int fds_before;
 };
 
-#define SU_IDLE_MS 300        /* the idle timeout of the setup_idle fixture: for tests that wait for it */
-#define SU_IDLE_LONG_MS 1000  /* setup_idle_long's: for tests that must not be cut, with room for a stall */
 
 /* Returns a started server (idle_ms: its idle timeout, 0 for the default), or NULL. */
 static inline struct su_server *su_start_idle(serve_start_fn start, serve_stop_fn stop, int threads,

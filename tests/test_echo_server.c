@@ -179,10 +179,7 @@ static void a_client_that_never_sends_is_closed_after_the_idle_timeout(void **st
 {
 	double start = su_now_ms(); /* before the connect, so before the accept that starts the idle time */
 	int fd = su_connect_to(state);
-	assert_true(su_peer_closed(fd));
-	double took = su_now_ms() - start;
-	assert_true(took >= SU_IDLE_MS);
-	assert_true(took < 5000);
+	su_closed_after_idle(fd, start);
 	close(fd);
 }
 

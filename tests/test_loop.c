@@ -1634,7 +1634,7 @@ static void pin_retry(void *arg)
 	struct pin *p = arg;
 	p->pinned = p->loop->accept_paused != NULL;
 	if (p->pinned)
-		p->loop->accept_paused_at_ms = 1e18;
+		perch__timer_arm_at(&p->loop->accept_retry, 1e18, PERCH__ACCEPT_RETRY_MS);
 }
 
 static void no_retry(struct lu_loop *l)
