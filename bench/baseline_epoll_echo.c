@@ -8,8 +8,10 @@
  * that connection until EPOLLOUT drains it (backpressure). A turn reads at
  * most 64 KiB per connection; a connection with more left goes on a ready
  * list served after the batch, so one flooding peer cannot starve the rest.
+ * Nagle's algorithm stays on, the kernel's default; --nodelay sets
+ * TCP_NODELAY on the listener, which its accepted sockets inherit.
  *
- * Usage: baseline_epoll_echo [--host 127.0.0.1] [--port 7001] [--buf-size 16384]
+ * Usage: baseline_epoll_echo [--host 127.0.0.1] [--port 7001] [--buf-size 16384] [--nodelay]
  */
 #include "config.h"
 
@@ -221,17 +223,19 @@ int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "host", required_argument, 0, 'h' }, { "port", required_argument, 0, 'p' },
-		{ "buf-size", required_argument, 0, 's' }, { 0, 0, 0, 0 },
+		{ "buf-size", required_argument, 0, 's' }, { "nodelay", no_argument, 0, 'n' }, { 0, 0, 0, 0 },
 	};
 	const char *host = "127.0.0.1", *prog = "baseline_epoll_echo";
 	uint64_t port = 7001, bsize = 16384;
+	bool nodelay = false;
 	for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
 		bool ok = o == 'h' ? (host = optarg, true)
 			: o == 'p' ? bu_parse_u64(prog, "port", optarg, 1, 65535, &port)
 			: o == 's' ? bu_parse_u64(prog, "buf-size", optarg, 64, 1 << 20, &bsize)
+			: o == 'n' ? (nodelay = true, true)
 			: false;
 		if (!ok) {
-			fprintf(stderr, "usage: %s [--host ADDR] [--port P] [--buf-size B]\n", prog);
+			fprintf(stderr, "usage: %s [--host ADDR] [--port P] [--buf-size B] [--nodelay]\n", prog);
 			return 2;
 		}
 	}
@@ -243,6 +247,10 @@ int main(int argc, char **argv)
 	S.listen_fd = bu_listen(host, (int)port, 4096);
 	if (S.listen_fd < 0) {
 		fprintf(stderr, "%s: listen on %s:%d: %s\n", prog, host, (int)port, strerror(-S.listen_fd));
+		return 1;
+	}
+	if (nodelay && bu_set_nodelay(S.listen_fd) < 0) {
+		fprintf(stderr, "%s: TCP_NODELAY: %s\n", prog, strerror(errno));
 		return 1;
 	}
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &listener_tag };

@@ -7,8 +7,10 @@
  * sent back as they are (no copy), one send in flight per connection that
  * gathers every queued buffer (sendmsg), a short send resumed where it
  * stopped, and each buffer handed back to the kernel once its bytes are sent.
+ * Nagle's algorithm stays on, the kernel's default; --nodelay sets
+ * TCP_NODELAY on the listener, which its accepted sockets inherit.
  *
- * Usage: baseline_uring_echo [--host 127.0.0.1] [--port 7000] [--bufs 512] [--buf-size 16384]
+ * Usage: baseline_uring_echo [--host 127.0.0.1] [--port 7000] [--bufs 512] [--buf-size 16384] [--nodelay]
  */
 #include "config.h"
 
@@ -356,7 +358,7 @@ static int ring_init(unsigned entries)
 static void usage(void)
 {
 	fprintf(stderr, "usage: baseline_uring_echo [--host ADDR] [--port P] [--bufs N (power of two)] "
-			"[--buf-size B]\n");
+			"[--buf-size B] [--nodelay]\n");
 }
 
 int main(int argc, char **argv)
@@ -364,15 +366,17 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "host", required_argument, 0, 'h' }, { "port", required_argument, 0, 'p' },
 		{ "bufs", required_argument, 0, 'b' }, { "buf-size", required_argument, 0, 's' },
-		{ 0, 0, 0, 0 },
+		{ "nodelay", no_argument, 0, 'n' }, { 0, 0, 0, 0 },
 	};
 	const char *host = "127.0.0.1", *prog = "baseline_uring_echo";
 	uint64_t port = 7000, nbufs = 512, bsize = 16384;
+	bool nodelay = false;
 	for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
 		bool ok = o == 'h' ? (host = optarg, true)
 			: o == 'p' ? bu_parse_u64(prog, "port", optarg, 1, 65535, &port)
 			: o == 'b' ? bu_parse_u64(prog, "bufs", optarg, 1, 32768, &nbufs)
 			: o == 's' ? bu_parse_u64(prog, "buf-size", optarg, 64, 1 << 20, &bsize)
+			: o == 'n' ? (nodelay = true, true)
 			: false;
 		if (!ok) {
 			usage();
@@ -398,6 +402,10 @@ int main(int argc, char **argv)
 	S.listen_fd = bu_listen(host, (int)port, 4096);
 	if (S.listen_fd < 0) {
 		fprintf(stderr, "%s: listen on %s:%d: %s\n", prog, host, (int)port, strerror(-S.listen_fd));
+		return 1;
+	}
+	if (nodelay && bu_set_nodelay(S.listen_fd) < 0) {
+		fprintf(stderr, "%s: TCP_NODELAY: %s\n", prog, strerror(errno));
 		return 1;
 	}
 	on_accept(-EINTR, 0); /* arms the first multishot accept */

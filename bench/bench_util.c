@@ -102,7 +102,6 @@ int bu_connect(const char *host, int port)
 {
 	struct sockaddr_storage ss;
 	socklen_t len;
-	int one = 1;
 	if (!make_addr(host, port, &ss, &len))
 		return -EINVAL;
 	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -113,8 +112,14 @@ int bu_connect(const char *host, int port)
 		close(fd);
 		return e;
 	}
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	bu_set_nodelay(fd);
 	return fd;
+}
+
+int bu_set_nodelay(int fd)
+{
+	int one = 1;
+	return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0 ? -errno : 0;
 }
 
 int bu_listen(const char *host, int port, int backlog)

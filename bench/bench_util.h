@@ -28,6 +28,8 @@ int bu_connect(const char *host, int port);
 /* A non-blocking listening socket on host:port with SO_REUSEADDR and SO_REUSEPORT. -errno on failure. */
 int bu_listen(const char *host, int port, int backlog);
 int bu_set_nonblock(int fd);
+/* TCP_NODELAY on fd; a listener's accepted sockets inherit it. -errno on failure. */
+int bu_set_nodelay(int fd);
 
 /*
  * Reads a decimal option value into *out within [lo, hi]; on bad input

@@ -40,8 +40,12 @@ cpu.max; or v1, v2). Root is needed; when no quota can be set the run stops, nev
 unthrottled. A server then counts as saturated at BOUND_UTIL x PERCENT% of a core, and each
 row records the share of quota periods in which the server was throttled.
 
+Every echo server keeps Nagle's algorithm (perch's echo with --nagle; the baselines as they are),
+or with ECHO_NODELAY=1 sets TCP_NODELAY (perch's echo as it is; the baselines with --nodelay):
+the same socket options on both sides of every echo comparison.
+
 perch servers are command lines with {port} (a server whose program is missing is skipped):
-  PERCH_ECHO            default: BUILD/examples/echo/echo --port {port}
+  PERCH_ECHO            default: BUILD/examples/echo/echo --port {port} --nagle (ECHO_NODELAY=1: without --nagle)
   PERCH_HTTPD           default: BUILD/examples/httpd/httpd --port {port} --threads 1
   PERCH_RESP            default: BUILD/examples/resp/resp --port {port} --threads 1
   PERCH_ECHO_MULTISHOT  default: PERCH_ECHO --backend uring --recv multishot

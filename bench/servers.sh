@@ -15,14 +15,22 @@ common_opt() { # opt arg
 
 # The command lines of every server, with {port} (and {dir}, the temp dir); perch's may be set from outside.
 server_defaults() {
-	PERCH_ECHO=${PERCH_ECHO:-"$BUILD/examples/echo/echo --port {port}"}
+	# The echo servers' sockets, the same for all: Nagle's algorithm on (the baselines' and the kernel's
+	# default), or with ECHO_NODELAY=1 TCP_NODELAY on every one (perch's default, as nginx and redis set it).
+	local perch_nagle=" --nagle" baseline_nodelay=""
+	case ${ECHO_NODELAY:-0} in
+	0) ;;
+	1) perch_nagle="" baseline_nodelay=" --nodelay" ;;
+	*) echo "ECHO_NODELAY is 0 or 1 (got '$ECHO_NODELAY')" >&2; exit 2 ;;
+	esac
+	PERCH_ECHO=${PERCH_ECHO:-"$BUILD/examples/echo/echo --port {port}$perch_nagle"}
 	PERCH_HTTPD=${PERCH_HTTPD:-"$BUILD/examples/httpd/httpd --port {port} --threads 1"}
 	PERCH_RESP=${PERCH_RESP:-"$BUILD/examples/resp/resp --port {port} --threads 1"}
 	PERCH_ECHO_MULTISHOT=${PERCH_ECHO_MULTISHOT:-"$PERCH_ECHO --backend uring --recv multishot"}
 	PERCH_ECHO_SINGLESHOT=${PERCH_ECHO_SINGLESHOT:-"$PERCH_ECHO --backend uring --recv singleshot"}
 	PERCH_ECHO_EPOLL=${PERCH_ECHO_EPOLL:-"$PERCH_ECHO --backend epoll"}
-	URING_ECHO="$BUILD/bench/baseline_uring_echo --port {port}"
-	EPOLL_ECHO="$BUILD/bench/baseline_epoll_echo --port {port}"
+	URING_ECHO="$BUILD/bench/baseline_uring_echo --port {port}$baseline_nodelay"
+	EPOLL_ECHO="$BUILD/bench/baseline_epoll_echo --port {port}$baseline_nodelay"
 	REDIS="redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --protected-mode no --logfile ''"
 	NGINX="nginx -p {dir} -c {dir}/nginx-{port}.conf -e {dir}/nginx-error.log"
 }

@@ -786,10 +786,12 @@ static const struct perch__transport_ops loop_conn_ops = {
 
 /* ================= accept and connect ================= */
 
-static void set_nodelay(int fd)
+/* TCP_NODELAY unless the connection asked to keep Nagle's algorithm (perch_conn_opts.nagle). */
+static void set_nodelay(const struct perch__sock *s)
 {
 	int one = 1;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (!s->opts.nagle)
+		setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
 /*
@@ -824,7 +826,6 @@ void perch__loop_accepted(struct perch__sock *ls, int fd)
 		close(fd);
 		return;
 	}
-	set_nodelay(fd);
 	struct perch__sock *s = conn_sock_new(ls->loop, fd, &ls->accept_opts);
 	if (!s || table_insert(ls->loop, s) != 0) {
 		if (s)
@@ -833,6 +834,7 @@ void perch__loop_accepted(struct perch__sock *ls, int fd)
 			close(fd);
 		return;
 	}
+	set_nodelay(s);
 	ls->loop->be->recv_arm(s);
 	struct perch_conn *c = s->conn;
 	perch__conn_ref(c); /* the callback's */
@@ -852,7 +854,7 @@ void perch__loop_connected(struct perch__sock *s, int res)
 		cb(s->loop, NULL, res, arg);
 		return;
 	}
-	set_nodelay(s->fd);
+	set_nodelay(s);
 	if (perch__loop_recv_wanted(s))
 		s->loop->be->recv_arm(s);
 	perch__conn_ref(s->conn); /* the callback's */

@@ -193,6 +193,41 @@ static inline void su_closed_after_idle(int fd, double since_ms)
 	assert_true(idle < 5000);
 }
 
+/* The port of fd's own address (peer false) or of its peer's, or -1. */
+static inline int su_sock_port(int fd, bool peer)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	if ((peer ? getpeername(fd, (struct sockaddr *)&ss, &len) : getsockname(fd, (struct sockaddr *)&ss, &len)) != 0)
+		return -1;
+	if (ss.ss_family == AF_INET)
+		return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	if (ss.ss_family == AF_INET6)
+		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	return -1;
+}
+
+/*
+ * Whether this process's TCP socket from local_port (-1: any) to
+ * peer_port has TCP_NODELAY: 1 or 0, -1 when there is no such socket. An
+ * in-process server's end of a test's connection is the one from the
+ * server's port to the client's; a proxy's upstream, the one to the
+ * upstream's port.
+ */
+static inline int su_nodelay_between(int local_port, int peer_port)
+{
+	for (int fd = 0; fd < 4096; fd++) {
+		int v = 0;
+		socklen_t len = sizeof(v);
+		if (su_sock_port(fd, true) != peer_port ||
+		    (local_port >= 0 && su_sock_port(fd, false) != local_port) ||
+		    getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &v, &len) != 0)
+			continue;
+		return v != 0;
+	}
+	return -1;
+}
+
 /* A server started in-process on 127.0.0.1, port 0; the fds open before it, to find leaks after. */
 struct su_server {
 	struct serve *srv;
@@ -202,24 +237,34 @@ struct su_server {
 };
 
 
-/* Returns a started server (idle_ms: its idle timeout, 0 for the default), or NULL. */
-static inline struct su_server *su_start_idle(serve_start_fn start, serve_stop_fn stop, int threads,
-					      unsigned idle_ms)
+/* Returns a server started with *o (its port and host ignored: 127.0.0.1, port 0), or NULL. */
+static inline struct su_server *su_start_opts(serve_start_fn start, serve_stop_fn stop,
+					      const struct serve_opts *o)
 {
 	struct su_server *s = calloc(1, sizeof(*s));
-	struct serve_opts o;
-	serve_opts_default(&o);
-	o.threads = threads;
-	if (idle_ms)
-		o.idle_timeout_ms = idle_ms;
+	struct serve_opts local = *o;
+	local.host = "127.0.0.1";
+	local.port = 0;
 	s->stop = stop;
 	s->fds_before = lu_count_fds();
-	if (start(&o, &s->srv) != 0) {
+	if (start(&local, &s->srv) != 0) {
 		free(s);
 		return NULL;
 	}
 	s->port = serve_port(s->srv);
 	return s;
+}
+
+/* Returns a started server (idle_ms: its idle timeout, 0 for the default), or NULL. */
+static inline struct su_server *su_start_idle(serve_start_fn start, serve_stop_fn stop, int threads,
+					      unsigned idle_ms)
+{
+	struct serve_opts o;
+	serve_opts_default(&o);
+	o.threads = threads;
+	if (idle_ms)
+		o.idle_timeout_ms = idle_ms;
+	return su_start_opts(start, stop, &o);
 }
 
 static inline struct su_server *su_start(serve_start_fn start, serve_stop_fn stop, int threads)

@@ -224,6 +224,26 @@ static void the_idle_timeout_option_is_parsed_and_bad_values_refused(void **stat
 	assert_null(srv);
 }
 
+/* --nagle reaches every accepted connection; without it, each has TCP_NODELAY. */
+static void the_nagle_option_reaches_every_accepted_connection(void **state)
+{
+	char *argv[] = { "echo", "--nagle", NULL };
+	for (int argc = 1; argc <= 2; argc++) {
+		struct serve_opts o;
+		assert_int_equal(serve_parse_args(argc, argv, "echo", &o), 0);
+		assert_int_equal(o.nagle, argc == 2);
+		struct su_server *f = su_start_opts(echo_start, echo_stop, &o);
+		assert_non_null(f);
+		int fd = su_connect(f->port);
+		assert_true(fd >= 0);
+		char back[2];
+		assert_true(su_send(fd, "hi", 2) && su_recv_all(fd, back, 2));
+		assert_int_equal(su_nodelay_between(f->port, su_sock_port(fd, false)), !o.nagle);
+		close(fd);
+		assert_int_equal(su_stop(f), 0);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -247,6 +267,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(a_stream_longer_than_the_idle_timeout_is_not_cut,
 						setup_idle_long, teardown),
 		cmocka_unit_test(the_idle_timeout_option_is_parsed_and_bad_values_refused),
+		cmocka_unit_test(the_nagle_option_reaches_every_accepted_connection),
 	};
 	return cmocka_run_group_tests_name("echo server", tests, NULL, NULL);
 }

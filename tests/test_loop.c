@@ -1103,6 +1103,39 @@ static void connect_to_a_closed_port_reports_the_error_once(void **state)
 	close(held);
 }
 
+/* Whether the socket under a conn has TCP_NODELAY set. */
+static bool conn_nodelay(struct perch_conn *c)
+{
+	struct perch__sock *s = c->transport;
+	int v = -1;
+	socklen_t len = sizeof(v);
+	assert_int_equal(getsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &v, &len), 0);
+	return v != 0;
+}
+
+/* Requests and answers leave at once by default; a bulk stream may keep Nagle's algorithm. */
+static void nagle_option_decides_tcp_nodelay_of_accepted_and_connected_conns(void **state)
+{
+	for (int nagle = 0; nagle <= 1; nagle++) {
+		struct perch_conn_opts co = { .nagle = nagle };
+		struct lu_loop l;
+		struct catcher k = { .c = NULL };
+		struct perch_listener *ls;
+		sem_init(&k.got, 0, 0);
+		assert_int_equal(lu_start(&l, NULL), 0);
+		assert_int_equal(perch_listen(l.loop, "127.0.0.1", 0, &co, catch_accept, &k, &ls), 0);
+		struct perch_conn *out = lu_connect(&l, "127.0.0.1", perch_listener_port(ls), &co);
+		assert_non_null(out);
+		assert_int_equal(lu_sem_wait(&k.got, LU_TIMEOUT_MS), 0);
+		assert_int_equal(conn_nodelay(k.c), !nagle);
+		assert_int_equal(conn_nodelay(out), !nagle);
+		perch_conn_release(out);
+		perch_conn_release(k.c);
+		assert_int_equal(lu_stop(&l), 0);
+		sem_destroy(&k.got);
+	}
+}
+
 /* A connect's callbacks, counted: each must come once. */
 struct timed_connect {
 	struct perch_conn *c;
@@ -1912,6 +1945,7 @@ int main(void)
 		cmocka_unit_test(close_during_a_stuck_send_fails_the_flush_once_and_returns_every_reference),
 		cmocka_unit_test(posts_from_two_threads_run_once_each_in_posting_order),
 		cmocka_unit_test(connect_to_a_closed_port_reports_the_error_once),
+		cmocka_unit_test(nagle_option_decides_tcp_nodelay_of_accepted_and_connected_conns),
 		cmocka_unit_test(a_connect_that_gets_no_answer_times_out_once_and_its_socket_is_closed),
 		cmocka_unit_test(a_shorter_connect_timeout_behind_a_longer_one_fires_first),
 		cmocka_unit_test(a_connect_answered_before_its_timeout_stays_connected_after_it),

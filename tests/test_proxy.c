@@ -38,19 +38,26 @@ static int listen_here(int *port, int backlog)
 	return fd;
 }
 
-static int start_proxy_idle(struct fx *f, int upstream_port, unsigned connect_timeout_ms,
-			    unsigned idle_ms)
+static int start_proxy_with(struct fx *f, int upstream_port, unsigned connect_timeout_ms,
+			    unsigned idle_ms, bool nagle)
 {
 	struct serve_opts o;
 	serve_opts_default(&o);
 	if (idle_ms)
 		o.idle_timeout_ms = idle_ms;
+	o.nagle = nagle;
 	struct proxy_target to = { .host = "127.0.0.1", .port = upstream_port,
 				   .connect_timeout_ms = connect_timeout_ms };
 	if (proxy_start(&o, &to, &f->proxy) != 0)
 		return -1;
 	f->port = serve_port(f->proxy);
 	return 0;
+}
+
+static int start_proxy_idle(struct fx *f, int upstream_port, unsigned connect_timeout_ms,
+			    unsigned idle_ms)
+{
+	return start_proxy_with(f, upstream_port, connect_timeout_ms, idle_ms, false);
 }
 
 static int start_proxy(struct fx *f, int upstream_port, unsigned connect_timeout_ms)
@@ -141,6 +148,45 @@ static int teardown(void **state)
 	}
 	free(f);
 	return rc;
+}
+
+/* An echo upstream behind a proxy started with --nagle. */
+static int setup_echo_nagle(void **state)
+{
+	struct fx *f = *state = fx_new();
+	f->echo = su_start(echo_start, echo_stop, 1);
+	return f->echo && start_proxy_with(f, f->echo->port, 0, 0, true) == 0 ? 0 : -1;
+}
+
+/*
+ * Whether the proxy's two sockets of a session, the client's and the
+ * upstream's, have TCP_NODELAY (after a round trip, so both exist).
+ */
+static void proxy_sockets_nodelay(struct fx *f, int *client_side, int *upstream_side)
+{
+	int fd = su_connect(f->port);
+	assert_true(fd >= 0);
+	char back[2];
+	assert_true(su_send(fd, "hi", 2) && su_recv_all(fd, back, 2));
+	*client_side = su_nodelay_between(f->port, su_sock_port(fd, false));
+	*upstream_side = su_nodelay_between(-1, f->echo->port); /* the only socket whose peer is the echo's port */
+	close(fd);
+}
+
+static void both_sides_of_a_session_have_tcp_nodelay_by_default(void **state)
+{
+	int client_side, upstream_side;
+	proxy_sockets_nodelay(*state, &client_side, &upstream_side);
+	assert_int_equal(client_side, 1);
+	assert_int_equal(upstream_side, 1);
+}
+
+static void nagle_keeps_nagles_algorithm_on_both_sides_of_a_session(void **state)
+{
+	int client_side, upstream_side;
+	proxy_sockets_nodelay(*state, &client_side, &upstream_side);
+	assert_int_equal(client_side, 0);
+	assert_int_equal(upstream_side, 0);
 }
 
 /* The upstream side of the next client's session, as the proxy connects it. */
@@ -538,6 +584,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(stop_with_a_session_still_connecting_leaves_no_descriptor,
 						setup_unanswering_patient, teardown),
 		cmocka_unit_test(targets_parse_or_are_refused),
+		cmocka_unit_test_setup_teardown(both_sides_of_a_session_have_tcp_nodelay_by_default, setup_echo,
+						teardown),
+		cmocka_unit_test_setup_teardown(nagle_keeps_nagles_algorithm_on_both_sides_of_a_session,
+						setup_echo_nagle, teardown),
 		cmocka_unit_test_setup_teardown(an_idle_session_is_cut_after_the_idle_timeout, setup_echo_idle,
 						teardown),
 		cmocka_unit_test_setup_teardown(a_session_moving_bytes_outlives_the_idle_timeout,

@@ -28,6 +28,7 @@ struct serve {
 	void *app;
 	int port;
 	unsigned idle_timeout_ms;
+	bool nagle;
 	int nworkers;
 	struct serve_worker wk[];
 };
@@ -55,6 +56,11 @@ struct perch_loop *serve_worker_loop(struct serve_worker *wk)
 unsigned serve_worker_idle_timeout(const struct serve_worker *wk)
 {
 	return wk->srv->idle_timeout_ms;
+}
+
+bool serve_worker_nagle(const struct serve_worker *wk)
+{
+	return wk->srv->nagle;
 }
 
 void serve_track(struct serve_worker *wk, struct serve_item *it)
@@ -293,7 +299,7 @@ void serve_opts_default(struct serve_opts *o)
 static int worker_init(struct serve *srv, int i, const struct serve_opts *o)
 {
 	struct serve_worker *wk = &srv->wk[i];
-	struct perch_conn_opts co = { .recv_mode = o->recv };
+	struct perch_conn_opts co = { .recv_mode = o->recv, .nagle = o->nagle };
 	wk->srv = srv;
 	int rc = perch_loop_new(NULL, &wk->loop);
 	if (rc != 0)
@@ -358,6 +364,7 @@ int serve_start(const struct serve_opts *o, const struct serve_proto *proto, voi
 	srv->proto = proto;
 	srv->app = app;
 	srv->idle_timeout_ms = o->idle_timeout_ms;
+	srv->nagle = o->nagle;
 	srv->nworkers = o->threads;
 	for (int i = 0; i < o->threads && rc == 0; i++)
 		rc = worker_init(srv, i, o);
@@ -412,7 +419,7 @@ static void usage(const char *prog)
 {
 	fprintf(stderr,
 		"usage: %s [--port P] [--host ADDR] [--threads N] [--backend uring|io_uring|epoll]\n"
-		"       [--recv multishot|singleshot] [--idle-timeout MS]\n"
+		"       [--recv multishot|singleshot] [--idle-timeout MS] [--nagle]\n"
 		"  --port P       TCP port (default 0: the kernel picks one, printed at start)\n"
 		"  --host ADDR    numeric IPv4 or IPv6 address to listen on (default 127.0.0.1)\n"
 		"  --threads N    loops, one per thread, sharing the port with SO_REUSEPORT (default 1)\n"
@@ -421,6 +428,8 @@ static void usage(const char *prog)
 		"  --idle-timeout MS  close a connection that gets no answer flushed for this long\n"
 		"                 (idle, trickling a request, or not reading; default 60000; 0: never;\n"
 		"                 at most 86400000, a day)\n"
+		"  --nagle        keep Nagle's algorithm (no TCP_NODELAY): fuller segments for bulk\n"
+		"                 streams; a small answer may wait for the peer's ACK (default: off)\n"
 		"%s",
 		prog, serve_extra_usage ? serve_extra_usage : "");
 }
@@ -453,7 +462,7 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 		{ "port", required_argument, NULL, 'p' },    { "host", required_argument, NULL, 'H' },
 		{ "threads", required_argument, NULL, 't' }, { "backend", required_argument, NULL, 'b' },
 		{ "recv", required_argument, NULL, 'r' },    { "help", no_argument, NULL, 'h' },
-		{ "idle-timeout", required_argument, NULL, 'i' },
+		{ "idle-timeout", required_argument, NULL, 'i' }, { "nagle", no_argument, NULL, 'n' },
 		{ NULL, 0, NULL, 0 },
 	};
 	serve_opts_default(o);
@@ -490,6 +499,9 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 			if ((v = parse_num(optarg, 0, PERCH_TIMER_MAX_MS)) < 0)
 				goto bad;
 			o->idle_timeout_ms = (unsigned)v;
+			break;
+		case 'n':
+			o->nagle = true;
 			break;
 		case 'h':
 			usage(prog);
@@ -543,9 +555,10 @@ int serve_main(int argc, char **argv, const char *prog, serve_start_fn start, se
 	       o.host, v6 ? "]" : "", serve_port(srv), o.threads, o.threads == 1 ? "" : "s",
 	       perch_loop_backend_name(srv->wk[0].loop));
 	if (o.idle_timeout_ms)
-		printf("%u ms\n", o.idle_timeout_ms);
+		printf("%u ms", o.idle_timeout_ms);
 	else
-		printf("none\n");
+		printf("none");
+	printf("%s\n", o.nagle ? ", Nagle's algorithm on" : "");
 	fflush(stdout);
 	int sig;
 	while (sigwait(&set, &sig) != 0)

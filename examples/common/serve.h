@@ -24,6 +24,13 @@ struct serve_opts {
 	 * SERVE_IDLE_TIMEOUT_MS by default; at most PERCH_TIMER_MAX_MS.
 	 */
 	unsigned idle_timeout_ms;
+	/*
+	 * Keep Nagle's algorithm on every connection (perch_conn_opts.nagle):
+	 * fewer, fuller segments for a bulk stream (echo, a proxy), but a small
+	 * answer may wait for the peer's ACK. false by default: TCP_NODELAY,
+	 * what request/answer protocols want.
+	 */
+	bool nagle;
 };
 
 #define SERVE_IDLE_TIMEOUT_MS 60000u
@@ -71,6 +78,9 @@ struct perch_loop *serve_worker_loop(struct serve_worker *wk);
 /* The server's idle timeout (serve_opts.idle_timeout_ms; 0: none), for what a proto->accept builds. */
 unsigned serve_worker_idle_timeout(const struct serve_worker *wk);
 
+/* Whether the server keeps Nagle's algorithm (serve_opts.nagle), for the connections a proto->accept opens. */
+bool serve_worker_nagle(const struct serve_worker *wk);
+
 /*
  * Something a worker ends when the server stops: a session, or what a
  * proto->accept built. Touched on the worker's loop thread only.
@@ -111,7 +121,7 @@ void serve_opts_default(struct serve_opts *o);
 
 /*
  * Parses --port P, --host ADDR, --threads N, --backend uring|epoll,
- * --recv multishot|singleshot, --idle-timeout MS and --help into *o
+ * --recv multishot|singleshot, --idle-timeout MS, --nagle and --help into *o
  * (defaults first). A
  * backend is exported as PERCH_BACKEND, which is how the library picks the
  * loop's backend: call this before creating any loop. Returns 0; 1 after

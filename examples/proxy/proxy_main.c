@@ -1,4 +1,4 @@
-/* examples/proxy/proxy_main.c: `proxy --to HOST:PORT [--connect-timeout MS] [--port P] [--host ADDR] [--threads N] [--backend B] [--recv M] [--idle-timeout MS]`. */
+/* examples/proxy/proxy_main.c: `proxy --to HOST:PORT [--connect-timeout MS] [--port P] [--host ADDR] [--threads N] [--backend B] [--recv M] [--idle-timeout MS] [--nagle]`. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

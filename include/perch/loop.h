@@ -61,6 +61,11 @@ struct perch_conn_opts {
 				    * the call; 0: wait as long as the kernel does (minutes). A
 				    * listener ignores it; above PERCH_CONNECT_TIMEOUT_MAX_MS it
 				    * is refused (-EINVAL) by both */
+	bool nagle;                /* false (default): TCP_NODELAY, each flush leaves at once
+				    * (requests and answers). true: Nagle's algorithm stays on, so
+				    * a flush smaller than a segment waits while earlier bytes are
+				    * unacknowledged and leaves with what follows: fewer, fuller
+				    * segments for bulk streams (doc/loop.md, "TCP_NODELAY") */
 };
 
 /* The longest connect_timeout_ms: a day. */
