@@ -42,7 +42,9 @@ its socket) or the client's (the server's sends delivered, with the client's wak
 server's CPU). The tracing slows the server: read ratios between servers, not absolute counts.
 -m tcp: nstat's TCP counters over the client's run, per request: segments in and out
 (TcpInSegs, TcpOutSegs: on loopback both ends are counted, so a request and its answer in one
-segment each read 2.000 in and 2.000 out), pure ACKs, delayed ACKs, retransmits. nstat counts
+segment each read 2.000 in and 2.000 out), pure ACKs, delayed ACKs, retransmits, tail-loss
+probes (TcpExtTCPLossProbes: a sender whose bytes went unacknowledged for about two round
+trips resends its last segment) and the duplicates a receiver saw of them. nstat counts
 every socket of the network namespace: run it on a quiet machine.
 -m all: one run of each of perf, syscalls and strace (separate server starts: the tracers
 would distort each other).
@@ -325,7 +327,7 @@ profile_tcp() { # load port cmd
 	read -r req _ _ _ <<<"$res"
 	{
 		echo "# $1 on $SERVER ($3)${QUOTA:+, under a quota of $QUOTA% of a CPU}: nstat over the client's run (every socket of the network namespace, both ends), $req requests"
-		nstat -z 2>/dev/null | awk -v n="$req" '$1 ~ /^(TcpInSegs|TcpOutSegs|TcpRetransSegs|TcpExtTCPPureAcks|TcpExtDelayedACKs|TcpExtTCPOrigDataSent)$/ {
+		nstat -z 2>/dev/null | awk -v n="$req" '$1 ~ /^(TcpInSegs|TcpOutSegs|TcpRetransSegs|TcpExtTCPPureAcks|TcpExtDelayedACKs|TcpExtTCPOrigDataSent|TcpExtTCPLossProbes|TcpExtDelayedACKLost)$/ {
 			printf "%-24s %10d %8.3f per request\n", $1, $2, n ? $2 / n : 0 }'
 	} >"$report"
 	sed 's/^/  /' "$report"
