@@ -244,13 +244,9 @@ int main(int argc, char **argv)
 	S.buf = malloc(bsize);
 	S.ready_tail = &S.ready;
 	S.ep = epoll_create1(EPOLL_CLOEXEC);
-	S.listen_fd = bu_listen(host, (int)port, 4096);
+	S.listen_fd = bu_listen(host, (int)port, 4096, nodelay);
 	if (S.listen_fd < 0) {
 		fprintf(stderr, "%s: listen on %s:%d: %s\n", prog, host, (int)port, strerror(-S.listen_fd));
-		return 1;
-	}
-	if (nodelay && bu_set_nodelay(S.listen_fd) < 0) {
-		fprintf(stderr, "%s: TCP_NODELAY: %s\n", prog, strerror(errno));
 		return 1;
 	}
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &listener_tag };

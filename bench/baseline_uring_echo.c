@@ -399,13 +399,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s: provided-buffer ring: %s\n", prog, strerror(-rc));
 		return 1;
 	}
-	S.listen_fd = bu_listen(host, (int)port, 4096);
+	S.listen_fd = bu_listen(host, (int)port, 4096, nodelay);
 	if (S.listen_fd < 0) {
 		fprintf(stderr, "%s: listen on %s:%d: %s\n", prog, host, (int)port, strerror(-S.listen_fd));
-		return 1;
-	}
-	if (nodelay && bu_set_nodelay(S.listen_fd) < 0) {
-		fprintf(stderr, "%s: TCP_NODELAY: %s\n", prog, strerror(errno));
 		return 1;
 	}
 	on_accept(-EINTR, 0); /* arms the first multishot accept */

@@ -122,7 +122,7 @@ int bu_set_nodelay(int fd)
 	return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0 ? -errno : 0;
 }
 
-int bu_listen(const char *host, int port, int backlog)
+int bu_listen(const char *host, int port, int backlog, bool nodelay)
 {
 	struct sockaddr_storage ss;
 	socklen_t len;
@@ -134,7 +134,8 @@ int bu_listen(const char *host, int port, int backlog)
 		return -errno;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-	if (bind(fd, (struct sockaddr *)&ss, len) < 0 || listen(fd, backlog) < 0) {
+	if ((nodelay && bu_set_nodelay(fd) < 0) || bind(fd, (struct sockaddr *)&ss, len) < 0 ||
+	    listen(fd, backlog) < 0) {
 		int e = -errno;
 		close(fd);
 		return e;

@@ -25,8 +25,12 @@ uint64_t bu_hist_quantile(const struct bu_hist *h, double q);
 
 /* Blocking TCP connect to host:port (numeric v4/v6), then non-blocking with TCP_NODELAY. -errno on failure. */
 int bu_connect(const char *host, int port);
-/* A non-blocking listening socket on host:port with SO_REUSEADDR and SO_REUSEPORT. -errno on failure. */
-int bu_listen(const char *host, int port, int backlog);
+/*
+ * A non-blocking listening socket on host:port with SO_REUSEADDR and
+ * SO_REUSEPORT, and TCP_NODELAY when `nodelay` (set before listen, so every
+ * accepted socket inherits it). -errno on failure.
+ */
+int bu_listen(const char *host, int port, int backlog, bool nodelay);
 int bu_set_nonblock(int fd);
 /* TCP_NODELAY on fd; a listener's accepted sockets inherit it. -errno on failure. */
 int bu_set_nodelay(int fd);

@@ -16,6 +16,8 @@ Loads (loopback only; each client stops by itself, every tool runs under a timeo
 
 SERVER (default perch: the example for the load, on io_uring) is a name run.sh knows:
 perch, perch-epoll, uring-baseline, epoll-baseline (echo loads), nginx (http), redis (resp).
+The echo servers run with the socket options run.sh gives them: Nagle's algorithm on (perch's
+echo with --nagle), or TCP_NODELAY on every one with ECHO_NODELAY=1.
 
 -m perf (the default): perf record -e cpu-clock (a software event: no hardware counters
 needed) on every thread of the server and its children while the client runs. Each sample is

@@ -21,7 +21,7 @@ server_defaults() {
 	case ${ECHO_NODELAY:-0} in
 	0) ;;
 	1) perch_nagle="" baseline_nodelay=" --nodelay" ;;
-	*) echo "ECHO_NODELAY is 0 or 1 (got '$ECHO_NODELAY')" >&2; exit 2 ;;
+	*) echo "$(basename "$0"): ECHO_NODELAY is 0 or 1 (got '$ECHO_NODELAY')" >&2; exit 2 ;;
 	esac
 	PERCH_ECHO=${PERCH_ECHO:-"$BUILD/examples/echo/echo --port {port}$perch_nagle"}
 	PERCH_HTTPD=${PERCH_HTTPD:-"$BUILD/examples/httpd/httpd --port {port} --threads 1"}

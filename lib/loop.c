@@ -786,7 +786,11 @@ static const struct perch__transport_ops loop_conn_ops = {
 
 /* ================= accept and connect ================= */
 
-/* TCP_NODELAY unless the connection asked to keep Nagle's algorithm (perch_conn_opts.nagle). */
+/*
+ * TCP_NODELAY unless the connection asked to keep Nagle's algorithm
+ * (perch_conn_opts.nagle). A failure is ignored: it can only come from a
+ * socket that is not TCP, and the connection works either way.
+ */
 static void set_nodelay(const struct perch__sock *s)
 {
 	int one = 1;

@@ -13,6 +13,7 @@
 #define BGID 0                 /* one buffer group per ring, so per loop */
 #define CQE_BATCH 64
 #define MAX_BATCHES 16         /* per poll: then let the caller's turn end (posted work, stop) */
+#define RING_TARGET_MIN 64     /* buffers the ring starts with (ENOBUFS doubles it, up to buf_count) */
 
 /* user_data: op (8 bits) | generation (24 bits) | slot (32 bits). */
 enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL, OP_PAUSE_CANCEL };
@@ -31,6 +32,7 @@ enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL,
 
 struct uring {
 	struct io_uring ring;
+	struct perch_loop *loop;
 	bool needs_enable;           /* created disabled: the first poll enables it (binds the thread) */
 	struct io_uring_buf_ring *br;
 	size_t br_bytes;
@@ -38,6 +40,16 @@ struct uring {
 	struct perch__rxseg *segs;   /* one per buffer id */
 	uint32_t nbufs, buf_size, mask;
 	uint32_t ring_free;          /* buffers in the ring now */
+	/*
+	 * The kernel takes a ring's buffers in the order they went in, so a
+	 * ring of all buf_count buffers makes each receive land in the one
+	 * used longest ago (cold in the cache). The ring holds ring_target
+	 * of them; the rest wait on `spare`, the most recently returned on
+	 * top, and go in warmest first.
+	 */
+	uint32_t ring_target;
+	uint32_t *spare;
+	uint32_t nspare;
 	struct perch__park_list parked; /* ENOBUFS, FIFO: first parked, first served */
 	uint64_t wake_val;
 	struct cqe_copy *backlog;    /* CQEs taken off a full CQ to free it, not yet dispatched */
@@ -148,6 +160,33 @@ static void buf_add(struct uring *u, uint32_t bid, int offset)
 	u->ring_free++;
 }
 
+/* Tops the ring up to its target from the spare stack, warmest first, and publishes the entries. */
+static void ring_refill(struct uring *u)
+{
+	int n = 0;
+	while (u->ring_free < u->ring_target && u->nspare > 0)
+		buf_add(u, u->spare[--u->nspare], n++);
+	if (n > 0)
+		io_uring_buf_ring_advance(u->br, n); /* a release store of the tail */
+}
+
+/*
+ * The ring ran dry, or connections wait for more buffers than it has,
+ * while buffers wait on the spare stack: the busiest moment needs more,
+ * so the target doubles, for good, and the ring is topped up. Returns
+ * how many buffers went in.
+ */
+static uint32_t ring_grow(struct uring *u)
+{
+	if (u->nspare == 0 || u->ring_target == u->nbufs)
+		return 0;
+	uint32_t before = u->ring_free;
+	u->ring_target = u->ring_target * 2 < u->nbufs ? u->ring_target * 2 : u->nbufs;
+	u->loop->stats.ring_target = u->ring_target;
+	ring_refill(u);
+	return u->ring_free - before;
+}
+
 /* liburing 2.3 has no io_uring_setup_buf_ring: map the ring ourselves and register it. */
 static int buf_ring_setup(struct perch_loop *loop, struct uring *u, uint32_t count, uint32_t size)
 {
@@ -161,7 +200,8 @@ static int buf_ring_setup(struct perch_loop *loop, struct uring *u, uint32_t cou
 	if (posix_memalign((void **)&u->bufs, (size_t)page, (size_t)count * size) != 0)
 		return -ENOMEM;
 	u->segs = calloc(count, sizeof(*u->segs));
-	if (!u->segs)
+	u->spare = malloc(count * sizeof(*u->spare));
+	if (!u->segs || !u->spare)
 		return -ENOMEM;
 	memset(u->br, 0, u->br_bytes);
 	io_uring_buf_ring_init(u->br);
@@ -175,10 +215,14 @@ static int buf_ring_setup(struct perch_loop *loop, struct uring *u, uint32_t cou
 		loop->be_refused_at = "io_uring_register_buf_ring";
 		return rc;
 	}
-	for (uint32_t bid = 0; bid < count; bid++)
-		buf_add(u, bid, (int)bid);
-	/* Publishes the entries to the kernel (a release store of the tail). */
-	io_uring_buf_ring_advance(u->br, (int)count);
+	/* Low ids on top of the spare stack, so the ring starts with 0, 1, 2... */
+	for (uint32_t i = 0; i < count; i++)
+		u->spare[i] = count - 1 - i;
+	u->nspare = count;
+	u->ring_target = count < RING_TARGET_MIN ? count : RING_TARGET_MIN;
+	u->loop = loop;
+	loop->stats.ring_target = u->ring_target;
+	ring_refill(u);
 	return 0;
 }
 
@@ -206,6 +250,7 @@ static void uring_destroy(struct perch_loop *loop)
 	free(u->br);
 	free(u->bufs);
 	free(u->segs);
+	free(u->spare);
 	free(u);
 	loop->be_state = NULL;
 }
@@ -250,15 +295,17 @@ static void uring_recv_arm(struct perch__sock *s);
 /*
  * Buffers came back: re-arm parked connections, first parked first, no
  * more of them than there are buffers in the ring (each can take at least
- * one). One that loses the race for them parks again at the tail, so no
- * connection starves and nothing spins. One that takes none (its recv ends
- * on a FIN, an error or a cancel without a buffer) leaves its share unused:
- * on_recv serves the list again then, while the ring has a free buffer.
+ * one), the ring growing while any are held back. So a connection waits
+ * only while every buffer is taken. One that loses the race for them
+ * parks again at the tail, so no connection starves and nothing spins.
+ * One that takes none (its recv ends on a FIN, an error or a cancel
+ * without a buffer) leaves its share unused: on_recv serves the list again
+ * then, while the ring has a free buffer.
  */
 static void serve_parked(struct uring *u)
 {
 	uint32_t budget = u->ring_free;
-	while (budget > 0 && u->parked.head) {
+	while (u->parked.head && (budget > 0 || (budget = ring_grow(u)) > 0)) {
 		struct perch__sock *s = u->parked.head;
 		unpark(u, s);
 		if (perch__loop_recv_wanted(s)) {
@@ -268,18 +315,18 @@ static void serve_parked(struct uring *u)
 	}
 }
 
+/* A buffer back from the kernel or a reader: on top of the spare stack, into the ring if it is short. */
+static void buf_return(struct uring *u, uint32_t bid)
+{
+	u->spare[u->nspare++] = bid;
+	ring_refill(u);
+}
+
 static void uring_buf_release(struct perch_loop *loop, struct perch__rxseg *rs)
 {
 	struct uring *u = st_of(loop);
-	buf_add(u, rs->seg.buf_id, 0);
-	io_uring_buf_ring_advance(u->br, 1);
+	buf_return(u, rs->seg.buf_id);
 	serve_parked(u);
-}
-
-static void buf_return(struct uring *u, uint32_t bid)
-{
-	buf_add(u, bid, 0);
-	io_uring_buf_ring_advance(u->br, 1);
 }
 
 /* ================= socket operations ================= */
@@ -291,7 +338,7 @@ static void uring_recv_arm(struct perch__sock *s)
 		return; /* in flight already: its last completion re-arms if still wanted */
 	if (s->bk_flags & F_PARKED) {
 		/* Parked, and (say) resumed from a pause: a free buffer that no one took is its to try. */
-		if (u->ring_free == 0)
+		if (u->ring_free == 0 && ring_grow(u) == 0)
 			return;
 		unpark(u, s);
 	}

@@ -3,6 +3,7 @@
 #define PERCH_TESTS_SERVER_UTIL_H
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -216,16 +217,24 @@ static inline int su_sock_port(int fd, bool peer)
  */
 static inline int su_nodelay_between(int local_port, int peer_port)
 {
-	for (int fd = 0; fd < 4096; fd++) {
-		int v = 0;
+	if (peer_port <= 0)
+		return -1; /* a listener has no peer: it must never match */
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return -1;
+	int found = -1;
+	for (struct dirent *e; found < 0 && (e = readdir(d));) {
+		int fd = atoi(e->d_name), v = 0;
 		socklen_t len = sizeof(v);
-		if (su_sock_port(fd, true) != peer_port ||
+		if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(d) ||
+		    su_sock_port(fd, true) != peer_port ||
 		    (local_port >= 0 && su_sock_port(fd, false) != local_port) ||
 		    getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &v, &len) != 0)
 			continue;
-		return v != 0;
+		found = v != 0;
 	}
-	return -1;
+	closedir(d);
+	return found;
 }
 
 /* A server started in-process on 127.0.0.1, port 0; the fds open before it, to find leaks after. */

@@ -688,20 +688,144 @@ static void exhausted_buffer_ring_still_serves_every_connection(void **state)
 	assert_true(parks > 0);
 }
 
-/* Accepts every conn into the next slot of `c` (up to 4), in order. */
-struct park_accepts {
-	struct perch_conn *c[4];
+/* Waits for the next bytes on c and consumes them; returns the buffer id of the first segment. */
+static uint32_t read_and_consume_one(struct perch_conn *c)
+{
+	struct perch_read_result r;
+	struct perch_vtask_handle h;
+	int rc = perch_conn_read(c, &r, &h);
+	while (rc == PERCH_PENDING || rc == -EAGAIN) {
+		int64_t v;
+		if (rc == PERCH_PENDING)
+			assert_int_equal(perch_vtask_wait(h, LU_TIMEOUT_MS, &v), 0);
+		rc = perch_conn_try_read(c, &r);
+		if (rc == -EAGAIN)
+			rc = perch_conn_read(c, &r, &h);
+	}
+	assert_int_equal(rc, 0);
+	assert_true(r.len > 0);
+	uint32_t id = r.first->buf_id;
+	perch_conn_advance(c, r.len, r.len);
+	return id;
+}
+
+/*
+ * One byte at a time, each consumed before the next is sent: the kernel
+ * needs one buffer at a time, and gets it from a few warm ones, not
+ * round the whole ring (512 by default) where each is cold.
+ */
+static void a_quiet_connection_reuses_a_few_warm_buffers_not_the_whole_ring(void **state)
+{
+	enum { MSGS = 1000, WARM = 64 };
+	struct lu_loop l;
+	struct catcher k = { .c = NULL };
+	struct perch_listener *ls;
+	sem_init(&k.got, 0, 0);
+	assert_int_equal(lu_start(&l, NULL), 0);
+	assert_int_equal(perch_listen(l.loop, "127.0.0.1", 0, NULL, catch_accept, &k, &ls), 0);
+	int fd = lu_plain_connect(perch_listener_port(ls));
+	assert_true(fd >= 0);
+	assert_int_equal(lu_sem_wait(&k.got, LU_TIMEOUT_MS), 0);
+	static bool used[32768];
+	memset(used, 0, sizeof(used));
+	uint32_t distinct = 0;
+	for (int i = 0; i < MSGS; i++) {
+		assert_true(lu_write_all(fd, (const uint8_t *)"x", 1));
+		uint32_t id = read_and_consume_one(k.c);
+		assert_true(id < 32768);
+		distinct += !used[id];
+		used[id] = true;
+	}
+	print_message("%s: %u distinct buffers for %d messages\n", perch_loop_backend_name(l.loop), distinct, MSGS);
+	assert_true(distinct <= WARM);
+	perch_conn_release(k.c);
+	close(fd);
+	assert_int_equal(lu_stop(&l), 0);
+	sem_destroy(&k.got);
+}
+
+/* Accepts every conn into the next slot of `c`, in order (beyond 512, released at once). */
+struct many_accepts {
+	struct perch_conn *c[512];
 	uint32_t n;
 };
 
-static void park_accept(struct perch_listener *ls, struct perch_conn *c, void *arg)
+static void many_accept(struct perch_listener *ls, struct perch_conn *c, void *arg)
 {
-	struct park_accepts *k = arg;
+	struct many_accepts *k = arg;
 	uint32_t i = perch__load_u32(&k->n);
-	if (i < 4)
+	if (i < 512)
 		k->c[i] = c;
+	else
+		perch_conn_release(c);
 	perch__store_u32(&k->n, i + 1);
 }
+
+struct held_probe {
+	struct many_accepts *k;
+	uint32_t n;
+	uint64_t unconsumed, ring_target, parks;
+};
+
+static void read_held(void *p)
+{
+	struct held_probe *hp = p;
+	hp->unconsumed = 0;
+	for (uint32_t i = 0; i < hp->n; i++)
+		hp->unconsumed += ((struct perch__sock *)hp->k->c[i]->transport)->unconsumed;
+	struct perch_loop *loop = ((struct perch__sock *)hp->k->c[0]->transport)->loop;
+	hp->ring_target = loop->stats.ring_target;
+	hp->parks = loop->stats.enobufs_parks;
+}
+
+/*
+ * 300 connections each send 16 KiB that nobody consumes: they hold more
+ * buffers than the ring starts with (64), so it runs dry, and must grow
+ * from the buffers held back for it, or the rest wait for good (on epoll,
+ * whose pool has no ring, they are simply all received).
+ */
+static void a_burst_holding_more_buffers_than_the_ring_has_grows_it(void **state)
+{
+	enum { CONNS = 300, LEN = 16 * 1024 };
+	struct lu_loop l;
+	static struct many_accepts k;
+	memset(&k, 0, sizeof(k));
+	struct perch_listener *ls;
+	assert_int_equal(lu_start(&l, NULL), 0);
+	assert_int_equal(perch_listen(l.loop, "127.0.0.1", 0, NULL, many_accept, &k, &ls), 0);
+	int fds[CONNS];
+	static uint8_t data[LEN];
+	lu_fill(data, LEN);
+	for (int i = 0; i < CONNS; i++) {
+		fds[i] = lu_plain_connect(perch_listener_port(ls));
+		assert_true(fds[i] >= 0);
+	}
+	for (double t = mono_ms(); perch__load_u32(&k.n) < CONNS && mono_ms() - t < LU_TIMEOUT_MS;)
+		usleep(1000);
+	assert_int_equal(perch__load_u32(&k.n), CONNS);
+	for (int i = 0; i < CONNS; i++)
+		assert_true(lu_write_all(fds[i], data, LEN));
+	struct held_probe hp = { .k = &k, .n = CONNS };
+	for (double t = mono_ms(); mono_ms() - t < LU_TIMEOUT_MS; usleep(1000)) {
+		assert_int_equal(lu_on_loop(&l, read_held, &hp), 0);
+		if (hp.unconsumed == (uint64_t)CONNS * LEN)
+			break;
+	}
+	print_message("%s: %llu of %d bytes held, ring target %llu, ENOBUFS parks %llu\n",
+		      perch_loop_backend_name(l.loop), (unsigned long long)hp.unconsumed, CONNS * LEN,
+		      (unsigned long long)hp.ring_target, (unsigned long long)hp.parks);
+	assert_int_equal(hp.unconsumed, (uint64_t)CONNS * LEN);
+	if (strcmp(perch_loop_backend_name(l.loop), "io_uring") == 0) {
+		assert_true(hp.ring_target > 64); /* grew: the ring starts with 64 */
+		assert_true(hp.parks > 0);
+	}
+	for (int i = 0; i < CONNS; i++) {
+		perch_conn_release(k.c[i]);
+		close(fds[i]);
+	}
+	assert_int_equal(lu_stop(&l), 0);
+}
+
 
 static void read_parks(void *p)
 {
@@ -747,10 +871,10 @@ static void parked_connection_is_served_when_the_one_before_it_takes_no_buffer(b
 {
 	struct perch_loop_opts one = { .buf_count = 1, .buf_size = 4096 };
 	struct lu_loop l;
-	struct park_accepts k = { .n = 0 };
+	struct many_accepts k = { .n = 0 };
 	struct perch_listener *ls;
 	assert_int_equal(lu_start(&l, &one), 0);
-	assert_int_equal(perch_listen(l.loop, "127.0.0.1", 0, NULL, park_accept, &k, &ls), 0);
+	assert_int_equal(perch_listen(l.loop, "127.0.0.1", 0, NULL, many_accept, &k, &ls), 0);
 	int port = perch_listener_port(ls);
 	int h = lu_plain_connect(port);
 	assert_true(h >= 0 && wait_u32(&k.n, 1));
@@ -1103,36 +1227,70 @@ static void connect_to_a_closed_port_reports_the_error_once(void **state)
 	close(held);
 }
 
-/* Whether the socket under a conn has TCP_NODELAY set. */
-static bool conn_nodelay(struct perch_conn *c)
+/* Whether the socket under a conn has TCP_NODELAY set; -1 when it cannot be read. */
+static int conn_nodelay(struct perch_conn *c)
 {
 	struct perch__sock *s = c->transport;
 	int v = -1;
 	socklen_t len = sizeof(v);
-	assert_int_equal(getsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &v, &len), 0);
+	if (getsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &v, &len) != 0)
+		return -1;
 	return v != 0;
 }
 
-/* Requests and answers leave at once by default; a bulk stream may keep Nagle's algorithm. */
+/* An accept and a connect whose callbacks record TCP_NODELAY: set before either runs, or a greeting could wait. */
+struct nodelay_seen {
+	struct perch_conn *in, *out;
+	int in_nodelay, out_nodelay, result;
+	sem_t accepted, connected;
+};
+
+static void nodelay_accept(struct perch_listener *ls, struct perch_conn *c, void *arg)
+{
+	struct nodelay_seen *n = arg;
+	n->in = c;
+	n->in_nodelay = conn_nodelay(c);
+	sem_post(&n->accepted);
+}
+
+static void nodelay_connected(struct perch_loop *loop, struct perch_conn *c, int result, void *arg)
+{
+	struct nodelay_seen *n = arg;
+	n->out = c;
+	n->result = result;
+	n->out_nodelay = c ? conn_nodelay(c) : -1;
+	sem_post(&n->connected);
+}
+
+/*
+ * Requests and answers leave at once by default; a bulk stream may keep
+ * Nagle's algorithm. Either way the option is in place when the accept
+ * or connect callback runs, timed connects included.
+ */
 static void nagle_option_decides_tcp_nodelay_of_accepted_and_connected_conns(void **state)
 {
-	for (int nagle = 0; nagle <= 1; nagle++) {
-		struct perch_conn_opts co = { .nagle = nagle };
+	for (int i = 0; i < 4; i++) {
+		bool nagle = i & 1;
+		struct perch_conn_opts co = { .nagle = nagle, .connect_timeout_ms = i & 2 ? 5000 : 0 };
 		struct lu_loop l;
-		struct catcher k = { .c = NULL };
+		struct nodelay_seen n = { .in_nodelay = -1, .out_nodelay = -1 };
 		struct perch_listener *ls;
-		sem_init(&k.got, 0, 0);
+		sem_init(&n.accepted, 0, 0);
+		sem_init(&n.connected, 0, 0);
 		assert_int_equal(lu_start(&l, NULL), 0);
-		assert_int_equal(perch_listen(l.loop, "127.0.0.1", 0, &co, catch_accept, &k, &ls), 0);
-		struct perch_conn *out = lu_connect(&l, "127.0.0.1", perch_listener_port(ls), &co);
-		assert_non_null(out);
-		assert_int_equal(lu_sem_wait(&k.got, LU_TIMEOUT_MS), 0);
-		assert_int_equal(conn_nodelay(k.c), !nagle);
-		assert_int_equal(conn_nodelay(out), !nagle);
-		perch_conn_release(out);
-		perch_conn_release(k.c);
+		assert_int_equal(perch_listen(l.loop, "127.0.0.1", 0, &co, nodelay_accept, &n, &ls), 0);
+		assert_int_equal(perch_connect(l.loop, "127.0.0.1", perch_listener_port(ls), &co,
+					       nodelay_connected, &n), 0);
+		assert_int_equal(lu_sem_wait(&n.connected, LU_TIMEOUT_MS), 0);
+		assert_int_equal(lu_sem_wait(&n.accepted, LU_TIMEOUT_MS), 0);
+		assert_int_equal(n.result, 0);
+		assert_int_equal(n.in_nodelay, !nagle);
+		assert_int_equal(n.out_nodelay, !nagle);
+		perch_conn_release(n.out);
+		perch_conn_release(n.in);
 		assert_int_equal(lu_stop(&l), 0);
-		sem_destroy(&k.got);
+		sem_destroy(&n.accepted);
+		sem_destroy(&n.connected);
 	}
 }
 
@@ -1938,6 +2096,8 @@ int main(void)
 		cmocka_unit_test(stalled_reader_pauses_multishot_recv_and_resuming_delivers_everything_in_order),
 		cmocka_unit_test(stalled_reader_pauses_singleshot_recv_and_resuming_delivers_everything_in_order),
 		cmocka_unit_test(exhausted_buffer_ring_still_serves_every_connection),
+		cmocka_unit_test(a_quiet_connection_reuses_a_few_warm_buffers_not_the_whole_ring),
+		cmocka_unit_test(a_burst_holding_more_buffers_than_the_ring_has_grows_it),
 		cmocka_unit_test(parked_connection_is_served_when_the_one_before_it_only_gets_a_fin),
 		cmocka_unit_test(parked_connection_is_served_when_the_one_before_it_stays_idle),
 		cmocka_unit_test(fin_arriving_after_a_local_close_is_not_delivered),

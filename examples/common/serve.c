@@ -28,7 +28,7 @@ struct serve {
 	void *app;
 	int port;
 	unsigned idle_timeout_ms;
-	bool nagle;
+	struct perch_conn_opts conn_opts; /* every accepted connection's */
 	int nworkers;
 	struct serve_worker wk[];
 };
@@ -58,9 +58,9 @@ unsigned serve_worker_idle_timeout(const struct serve_worker *wk)
 	return wk->srv->idle_timeout_ms;
 }
 
-bool serve_worker_nagle(const struct serve_worker *wk)
+struct perch_conn_opts serve_worker_conn_opts(const struct serve_worker *wk)
 {
-	return wk->srv->nagle;
+	return wk->srv->conn_opts;
 }
 
 void serve_track(struct serve_worker *wk, struct serve_item *it)
@@ -299,12 +299,12 @@ void serve_opts_default(struct serve_opts *o)
 static int worker_init(struct serve *srv, int i, const struct serve_opts *o)
 {
 	struct serve_worker *wk = &srv->wk[i];
-	struct perch_conn_opts co = { .recv_mode = o->recv, .nagle = o->nagle };
 	wk->srv = srv;
 	int rc = perch_loop_new(NULL, &wk->loop);
 	if (rc != 0)
 		return rc;
-	rc = perch_listen(wk->loop, o->host, i == 0 ? o->port : srv->port, &co, on_accept, wk, &wk->ls);
+	rc = perch_listen(wk->loop, o->host, i == 0 ? o->port : srv->port, &srv->conn_opts, on_accept, wk,
+			  &wk->ls);
 	if (rc != 0)
 		return rc;
 	if (i == 0)
@@ -364,7 +364,7 @@ int serve_start(const struct serve_opts *o, const struct serve_proto *proto, voi
 	srv->proto = proto;
 	srv->app = app;
 	srv->idle_timeout_ms = o->idle_timeout_ms;
-	srv->nagle = o->nagle;
+	srv->conn_opts = (struct perch_conn_opts){ .recv_mode = o->recv, .nagle = o->nagle };
 	srv->nworkers = o->threads;
 	for (int i = 0; i < o->threads && rc == 0; i++)
 		rc = worker_init(srv, i, o);
@@ -428,8 +428,8 @@ static void usage(const char *prog)
 		"  --idle-timeout MS  close a connection that gets no answer flushed for this long\n"
 		"                 (idle, trickling a request, or not reading; default 60000; 0: never;\n"
 		"                 at most 86400000, a day)\n"
-		"  --nagle        keep Nagle's algorithm (no TCP_NODELAY): fuller segments for bulk\n"
-		"                 streams; a small answer may wait for the peer's ACK (default: off)\n"
+		"  --nagle        keep Nagle's algorithm instead of TCP_NODELAY (the default): fuller\n"
+		"                 segments for bulk streams; a small answer may wait for the peer's ACK\n"
 		"%s",
 		prog, serve_extra_usage ? serve_extra_usage : "");
 }

@@ -78,8 +78,11 @@ struct perch_loop *serve_worker_loop(struct serve_worker *wk);
 /* The server's idle timeout (serve_opts.idle_timeout_ms; 0: none), for what a proto->accept builds. */
 unsigned serve_worker_idle_timeout(const struct serve_worker *wk);
 
-/* Whether the server keeps Nagle's algorithm (serve_opts.nagle), for the connections a proto->accept opens. */
-bool serve_worker_nagle(const struct serve_worker *wk);
+/*
+ * The options of the server's accepted connections (--recv, --nagle), for
+ * the connections a proto->accept opens itself (the proxy's upstreams).
+ */
+struct perch_conn_opts serve_worker_conn_opts(const struct serve_worker *wk);
 
 /*
  * Something a worker ends when the server stops: a session, or what a

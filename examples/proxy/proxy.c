@@ -252,8 +252,8 @@ static void proxy_accept(struct serve_worker *wk, struct perch_conn *c, void *ap
 	perch_timer_init(&ps->idle, serve_worker_loop(wk), session_idle, ps);
 	ps->item.stop = session_stop;
 	serve_track(wk, &ps->item);
-	struct perch_conn_opts co = { .connect_timeout_ms = to->connect_timeout_ms,
-				      .nagle = serve_worker_nagle(wk) };
+	struct perch_conn_opts co = serve_worker_conn_opts(wk); /* as the client's side: --recv, --nagle */
+	co.connect_timeout_ms = to->connect_timeout_ms;
 	int rc = perch_connect(serve_worker_loop(wk), to->host, to->port, &co, on_upstream, ps);
 	if (rc != 0) {
 		upstream_failed(to, rc);

@@ -42,7 +42,9 @@ enum perch_backend {
 struct perch_loop_opts {
 	uint32_t sq_entries;       /* io_uring submission queue size; 0: 256 */
 	uint32_t buf_count;        /* receive buffers (io_uring's provided ring, epoll's pool),
-				    * a power of two <= 32768; 0: 512 */
+				    * a power of two <= 32768; 0: 512. io_uring keeps 64 of them
+				    * in the ring (warm in the cache) and more once the busiest
+				    * moment needs them (doc/loop.md, "A warm ring") */
 	uint32_t buf_size;         /* bytes per receive buffer, <= 1 MiB; 0: 16 KiB */
 	enum perch_backend backend; /* PERCH_BACKEND env overrides only DEFAULT */
 	uint32_t read_budget;      /* epoll: bytes one connection reads in one turn before the
@@ -61,11 +63,13 @@ struct perch_conn_opts {
 				    * the call; 0: wait as long as the kernel does (minutes). A
 				    * listener ignores it; above PERCH_CONNECT_TIMEOUT_MAX_MS it
 				    * is refused (-EINVAL) by both */
-	bool nagle;                /* false (default): TCP_NODELAY, each flush leaves at once
-				    * (requests and answers). true: Nagle's algorithm stays on, so
-				    * a flush smaller than a segment waits while earlier bytes are
-				    * unacknowledged and leaves with what follows: fewer, fuller
-				    * segments for bulk streams (doc/loop.md, "TCP_NODELAY") */
+	bool nagle;                /* false (default): TCP_NODELAY, set before the accept or
+				    * connect callback: a small flush is not held back (requests
+				    * and answers). true: Nagle's algorithm stays on, so a small
+				    * segment waits while an earlier small one is unacknowledged
+				    * and leaves with what follows: fewer, fuller segments for
+				    * bulk streams. Fixed for the connection's life; a listener's
+				    * is its accepted ones' (doc/loop.md, "TCP_NODELAY") */
 };
 
 /* The longest connect_timeout_ms: a day. */
