@@ -73,7 +73,9 @@ int main(int argc, char **argv)
 		"  --to HOST:PORT  where each client is connected (numeric; [V6]:PORT for IPv6); required\n"
 		"  --connect-timeout MS  a client whose upstream has not answered by then is reset\n"
 		"                        (default 5000; 0: the kernel's own, minutes, each waiting\n"
-		"                        client holding two sockets meanwhile, even one that left)\n";
+		"                        client holding two sockets meanwhile, even one that left)\n"
+		"  (--recv and --nagle apply to both sockets of a session, the client's and the upstream's;\n"
+		"  --nagle suits bulk traffic: a proxied request/answer protocol waits on delayed ACKs)\n";
 	const char *to = NULL, *timeout = NULL, *v;
 	bool help = false;
 	int n = 1;

@@ -68,8 +68,9 @@ struct perch_conn_opts {
 				    * and answers). true: Nagle's algorithm stays on, so a small
 				    * segment waits while an earlier small one is unacknowledged
 				    * and leaves with what follows: fewer, fuller segments for
-				    * bulk streams. Fixed for the connection's life; a listener's
-				    * is its accepted ones' (doc/loop.md, "TCP_NODELAY") */
+				    * bulk streams. Fixed for the connection's life (perch gives
+				    * no fd to change or read it); a listener's is its accepted
+				    * ones' (doc/loop.md, "TCP_NODELAY") */
 };
 
 /* The longest connect_timeout_ms: a day. */
