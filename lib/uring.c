@@ -1,6 +1,7 @@
 /* lib/uring.c: the io_uring backend: turns CQEs into the loop's perch__loop_* calls, nothing more. */
 #include "config.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <liburing.h>
 #include <stdlib.h>
@@ -13,7 +14,7 @@
 #define BGID 0                 /* one buffer group per ring, so per loop */
 #define CQE_BATCH 64
 #define MAX_BATCHES 16         /* per poll: then let the caller's turn end (posted work, stop) */
-#define RING_TARGET_MIN 64     /* buffers the ring starts with (ENOBUFS doubles it, up to buf_count) */
+#define RING_TARGET_MIN 64     /* buffers the ring starts with (doubled, up to buf_count, when it runs short) */
 
 /* user_data: op (8 bits) | generation (24 bits) | slot (32 bits). */
 enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL, OP_PAUSE_CANCEL };
@@ -50,6 +51,7 @@ struct uring {
 	uint32_t ring_target;
 	uint32_t *spare;
 	uint32_t nspare;
+	bool grew_this_poll;         /* an ENOBUFS grows the ring once a poll, not once a CQE */
 	struct perch__park_list parked; /* ENOBUFS, FIFO: first parked, first served */
 	uint64_t wake_val;
 	struct cqe_copy *backlog;    /* CQEs taken off a full CQ to free it, not yet dispatched */
@@ -305,19 +307,25 @@ static void uring_recv_arm(struct perch__sock *s);
 static void serve_parked(struct uring *u)
 {
 	uint32_t budget = u->ring_free;
-	while (u->parked.head && (budget > 0 || (budget = ring_grow(u)) > 0)) {
+	while (u->parked.head) {
 		struct perch__sock *s = u->parked.head;
-		unpark(u, s);
-		if (perch__loop_recv_wanted(s)) {
-			uring_recv_arm(s);
-			budget--;
+		/* Paused, ended or closing: it waits for nothing here (a resume arms it), and grows nothing. */
+		if (!perch__loop_recv_wanted(s)) {
+			unpark(u, s);
+			continue;
 		}
+		if (budget == 0 && (budget = ring_grow(u)) == 0)
+			return; /* every buffer is taken: a return serves the list again */
+		unpark(u, s);
+		uring_recv_arm(s);
+		budget--;
 	}
 }
 
 /* A buffer back from the kernel or a reader: on top of the spare stack, into the ring if it is short. */
 static void buf_return(struct uring *u, uint32_t bid)
 {
+	assert(u->nspare < u->nbufs); /* each buffer is in the ring, a reader's or spare: a double return is a bug */
 	u->spare[u->nspare++] = bid;
 	ring_refill(u);
 }
@@ -337,8 +345,12 @@ static void uring_recv_arm(struct perch__sock *s)
 	if (s->closing || (s->bk_flags & F_RECV))
 		return; /* in flight already: its last completion re-arms if still wanted */
 	if (s->bk_flags & F_PARKED) {
-		/* Parked, and (say) resumed from a pause: a free buffer that no one took is its to try. */
-		if (u->ring_free == 0 && ring_grow(u) == 0)
+		/*
+		 * Parked, and (say) resumed from a pause: a free buffer that no
+		 * one took is its to try. None free means none spare either:
+		 * serve_parked grows the ring before it leaves anyone parked.
+		 */
+		if (u->ring_free == 0)
 			return;
 		unpark(u, s);
 	}
@@ -458,6 +470,14 @@ static void on_recv(struct uring *u, struct perch__sock *s, int res, uint32_t fl
 			park(u, s);
 			s->loop->stats.enobufs_parks++;
 			/*
+			 * The kernel found the ring empty: the busiest moment needs
+			 * more. Our count of free ones may not show it yet (buffers it
+			 * took whose CQEs come later in this batch), so this grows by
+			 * the kernel's word, once a poll.
+			 */
+			if (!u->grew_this_poll && ring_grow(u) > 0)
+				u->grew_this_poll = true;
+			/*
 			 * Buffers may have come back between the kernel's try and
 			 * this CQE (released earlier in this batch): then no later
 			 * release would wake the connection. Serve the list now.
@@ -545,6 +565,7 @@ static int uring_poll(struct perch_loop *loop, int timeout_ms)
 	int rc;
 	if (u->needs_enable && (rc = enable_ring(u)) != 0)
 		return rc;
+	u->grew_this_poll = false;
 	struct io_uring_cqe *cqe;
 	if (u->nbacklog)
 		timeout_ms = 0; /* completions are waiting already: do not sleep */
