@@ -15,6 +15,7 @@
 #define CQE_BATCH 64
 #define MAX_BATCHES 16         /* per poll: then let the caller's turn end (posted work, stop) */
 #define RING_TARGET_MIN 64     /* buffers the ring starts with (doubled, up to buf_count, when it runs short) */
+#define RING_SHRINK_POLLS 1024 /* polls in which a ring never used half its buffers, before it halves */
 
 /* user_data: op (8 bits) | generation (24 bits) | slot (32 bits). */
 enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL, OP_PAUSE_CANCEL };
@@ -52,6 +53,8 @@ struct uring {
 	uint32_t *spare;
 	uint32_t nspare;
 	bool grew_this_poll;         /* an ENOBUFS grows the ring once a poll, not once a CQE */
+	uint32_t ring_low;           /* the fewest free buffers in the ring since the last shrink check */
+	uint32_t polls_since_check;
 	struct perch__park_list parked; /* ENOBUFS, FIFO: first parked, first served */
 	uint64_t wake_val;
 	struct cqe_copy *backlog;    /* CQEs taken off a full CQ to free it, not yet dispatched */
@@ -175,8 +178,8 @@ static void ring_refill(struct uring *u)
 /*
  * The ring ran dry, or connections wait for more buffers than it has,
  * while buffers wait on the spare stack: the busiest moment needs more,
- * so the target doubles, for good, and the ring is topped up. Returns
- * how many buffers went in.
+ * so the target doubles (ring_maybe_shrink halves it once quiet again)
+ * and the ring is topped up. Returns how many buffers went in.
  */
 static uint32_t ring_grow(struct uring *u)
 {
@@ -187,6 +190,34 @@ static uint32_t ring_grow(struct uring *u)
 	u->loop->stats.ring_target = u->ring_target;
 	ring_refill(u);
 	return u->ring_free - before;
+}
+
+/* The kernel took a buffer from the ring (a CQE says which). */
+static void buf_taken(struct uring *u)
+{
+	u->ring_free--;
+	if (u->ring_free < u->ring_low)
+		u->ring_low = u->ring_free;
+}
+
+/*
+ * A ring that grew for a burst goes back towards RING_TARGET_MIN once the
+ * burst is over: when, for RING_SHRINK_POLLS polls, it never had fewer
+ * than half its buffers free and no connection waited, the target halves.
+ * Nothing is taken out: the extra buffers leave as the kernel uses them,
+ * since returns then go to the spare stack until the ring is back at its
+ * target.
+ */
+static void ring_maybe_shrink(struct uring *u)
+{
+	if (++u->polls_since_check < RING_SHRINK_POLLS)
+		return;
+	if (u->ring_target > RING_TARGET_MIN && u->ring_low >= u->ring_target / 2 && !u->parked.head) {
+		u->ring_target /= 2;
+		u->loop->stats.ring_target = u->ring_target;
+	}
+	u->polls_since_check = 0;
+	u->ring_low = u->ring_free;
 }
 
 /* liburing 2.3 has no io_uring_setup_buf_ring: map the ring ourselves and register it. */
@@ -225,6 +256,7 @@ static int buf_ring_setup(struct perch_loop *loop, struct uring *u, uint32_t cou
 	u->loop = loop;
 	loop->stats.ring_target = u->ring_target;
 	ring_refill(u);
+	u->ring_low = u->ring_free;
 	return 0;
 }
 
@@ -450,7 +482,7 @@ static void on_recv(struct uring *u, struct perch__sock *s, int res, uint32_t fl
 		s->bk_flags &= ~(F_RECV | F_RECV_MS | F_RECV_CANCEL);
 	if (flags & IORING_CQE_F_BUFFER) {
 		uint32_t bid = flags >> IORING_CQE_BUFFER_SHIFT;
-		u->ring_free--;
+		buf_taken(u);
 		if (res > 0) {
 			struct perch__rxseg *rs = &u->segs[bid];
 			rs->seg.next = NULL;
@@ -527,7 +559,7 @@ static void dispatch(struct perch_loop *loop, uint64_t ud, int res, uint32_t fla
 	if (!s) {
 		/* A completion for a socket that has left: its buffer still goes back. */
 		if (flags & IORING_CQE_F_BUFFER) {
-			u->ring_free--;
+			buf_taken(u);
 			buf_return(u, flags >> IORING_CQE_BUFFER_SHIFT);
 			serve_parked(u);
 		}
@@ -566,6 +598,7 @@ static int uring_poll(struct perch_loop *loop, int timeout_ms)
 	if (u->needs_enable && (rc = enable_ring(u)) != 0)
 		return rc;
 	u->grew_this_poll = false;
+	ring_maybe_shrink(u);
 	struct io_uring_cqe *cqe;
 	if (u->nbacklog)
 		timeout_ms = 0; /* completions are waiting already: do not sleep */

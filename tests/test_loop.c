@@ -737,6 +737,22 @@ static uint32_t read_and_consume_one(struct perch_conn *c)
 	return id;
 }
 
+/* How many distinct buffers `msgs` one-byte messages (each consumed before the next is sent) landed in. */
+static uint32_t distinct_buffers_of_round_trips(int fd, struct perch_conn *c, int msgs)
+{
+	static bool used[32768];
+	memset(used, 0, sizeof(used));
+	uint32_t distinct = 0;
+	for (int i = 0; i < msgs; i++) {
+		assert_true(lu_write_all(fd, (const uint8_t *)"x", 1));
+		uint32_t id = read_and_consume_one(c);
+		assert_true(id < 32768);
+		distinct += !used[id];
+		used[id] = true;
+	}
+	return distinct;
+}
+
 /*
  * One byte at a time, each consumed before the next is sent: the kernel
  * needs one buffer at a time, and gets it from a few warm ones, not
@@ -754,16 +770,7 @@ static void a_quiet_connection_reuses_a_few_warm_buffers_not_the_whole_ring(void
 	int fd = lu_plain_connect(perch_listener_port(ls));
 	assert_true(fd >= 0);
 	assert_int_equal(lu_sem_wait(&k.got, LU_TIMEOUT_MS), 0);
-	static bool used[32768];
-	memset(used, 0, sizeof(used));
-	uint32_t distinct = 0;
-	for (int i = 0; i < MSGS; i++) {
-		assert_true(lu_write_all(fd, (const uint8_t *)"x", 1));
-		uint32_t id = read_and_consume_one(k.c);
-		assert_true(id < 32768);
-		distinct += !used[id];
-		used[id] = true;
-	}
+	uint32_t distinct = distinct_buffers_of_round_trips(fd, k.c, MSGS);
 	print_message("%s: %u distinct buffers for %d messages\n", perch_loop_backend_name(l.loop), distinct, MSGS);
 	assert_true(distinct <= WARM);
 	perch_conn_release(k.c);
@@ -851,6 +858,68 @@ static void a_burst_holding_more_buffers_than_the_ring_has_grows_it(void **state
 		perch_conn_release(k.c[i]);
 		close(fds[i]);
 	}
+	assert_int_equal(lu_stop(&l), 0);
+}
+
+static void read_ring_target(void *p)
+{
+	struct held_probe *hp = p;
+	struct perch_loop *loop = ((struct perch__sock *)hp->k->c[0]->transport)->loop;
+	hp->ring_target = loop->stats.ring_target;
+}
+
+/*
+ * A burst grows the ring (200 connections holding 16 KiB each); once they
+ * are gone and one quiet connection is left, the ring halves back to 64
+ * (a ring never half used for RING_SHRINK_POLLS polls), and the quiet
+ * connection's receives cycle through 64 buffers again, not 256.
+ */
+static void a_ring_grown_by_a_burst_shrinks_back_once_quiet(void **state)
+{
+	enum { CONNS = 200, LEN = 16 * 1024, QUIET_MAX = 40000, DRAIN = 600, MSGS = 1000 };
+	struct lu_loop l;
+	static struct many_accepts k;
+	memset(&k, 0, sizeof(k));
+	struct perch_listener *ls;
+	assert_int_equal(lu_start(&l, NULL), 0);
+	if (strcmp(perch_loop_backend_name(l.loop), "io_uring") != 0) {
+		assert_int_equal(lu_stop(&l), 0);
+		skip(); /* epoll's pool has no ring */
+	}
+	assert_int_equal(perch_listen(l.loop, "127.0.0.1", 0, NULL, many_accept, &k, &ls), 0);
+	static int fds[CONNS + 1];
+	static uint8_t data[LEN];
+	for (int i = 0; i <= CONNS; i++)
+		assert_true((fds[i] = lu_plain_connect(perch_listener_port(ls))) >= 0);
+	for (double t = mono_ms(); perch__load_u32(&k.n) <= CONNS && mono_ms() - t < LU_TIMEOUT_MS;)
+		usleep(1000);
+	assert_int_equal(perch__load_u32(&k.n), CONNS + 1);
+	for (int i = 0; i < CONNS; i++)
+		assert_true(lu_write_all(fds[i], data, LEN));
+	struct held_probe hp = { .k = &k, .n = CONNS };
+	for (double t = mono_ms(); hp.unconsumed < (uint64_t)CONNS * LEN && mono_ms() - t < LU_TIMEOUT_MS;
+	     usleep(1000))
+		assert_int_equal(lu_on_loop(&l, read_held, &hp), 0);
+	assert_true(hp.ring_target >= 256);
+	for (int i = 0; i < CONNS; i++) { /* the burst leaves: its buffers come back */
+		perch_conn_release(k.c[i]);
+		close(fds[i]);
+	}
+	struct perch_conn *quiet = k.c[CONNS];
+	hp.k = &(struct many_accepts){ .c = { quiet } };
+	int sent = 0;
+	for (; sent < QUIET_MAX && hp.ring_target > 64; sent += 100) {
+		distinct_buffers_of_round_trips(fds[CONNS], quiet, 100);
+		assert_int_equal(lu_on_loop(&l, read_ring_target, &hp), 0);
+	}
+	print_message("ring back to %llu after %d quiet messages\n", (unsigned long long)hp.ring_target, sent);
+	assert_int_equal(hp.ring_target, 64);
+	distinct_buffers_of_round_trips(fds[CONNS], quiet, DRAIN); /* the extra entries leave as they are used */
+	uint32_t distinct = distinct_buffers_of_round_trips(fds[CONNS], quiet, MSGS);
+	print_message("then %u distinct buffers for %d messages\n", distinct, MSGS);
+	assert_true(distinct <= 64);
+	perch_conn_release(quiet);
+	close(fds[CONNS]);
 	assert_int_equal(lu_stop(&l), 0);
 }
 
@@ -2127,6 +2196,7 @@ int main(void)
 		cmocka_unit_test(a_ring_that_grows_while_buffers_come_and_go_loses_nothing),
 		cmocka_unit_test(a_quiet_connection_reuses_a_few_warm_buffers_not_the_whole_ring),
 		cmocka_unit_test(a_burst_holding_more_buffers_than_the_ring_has_grows_it),
+		cmocka_unit_test(a_ring_grown_by_a_burst_shrinks_back_once_quiet),
 		cmocka_unit_test(parked_connection_is_served_when_the_one_before_it_only_gets_a_fin),
 		cmocka_unit_test(parked_connection_is_served_when_the_one_before_it_stays_idle),
 		cmocka_unit_test(fin_arriving_after_a_local_close_is_not_delivered),

@@ -44,8 +44,7 @@ struct perch_loop_opts {
 	uint32_t buf_count;        /* receive buffers (io_uring's provided ring, epoll's pool),
 				    * a power of two <= 32768; 0: 512. io_uring cycles through
 				    * 64 of them (warmer in the cache than all of them), more
-				    * once the busiest moment needs them, for good (doc/loop.md,
-				    * "A warm ring") */
+				    * while a burst needs them (doc/loop.md, "A warm ring") */
 	uint32_t buf_size;         /* bytes per receive buffer, <= 1 MiB; 0: 16 KiB */
 	enum perch_backend backend; /* PERCH_BACKEND env overrides only DEFAULT */
 	uint32_t read_budget;      /* epoll: bytes one connection reads in one turn before the
