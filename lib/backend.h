@@ -190,7 +190,8 @@ struct perch_loop {
 		uint64_t accept_errors;   /* failed accepts, every one */
 		uint64_t accept_pauses;   /* listeners paused for want of fds or memory */
 		uint64_t timer_walk_steps; /* timers a start walked past to keep its list in due order */
-		uint64_t ring_target;     /* io_uring: receive buffers kept in the ring (grows when it runs short) */
+		uint64_t ring_target;     /* io_uring: receive buffers the ring is kept at (doubled when short,
+					   * halved once quiet; it may hold more for a while after a halving) */
 		/* epoll: read turns (one per connection per readiness event), those that hit the budget */
 		uint64_t read_turns, read_yields;
 		uint64_t turn_bytes_max;  /* epoll: the most bytes one turn read */

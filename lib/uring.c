@@ -14,8 +14,8 @@
 #define BGID 0                 /* one buffer group per ring, so per loop */
 #define CQE_BATCH 64
 #define MAX_BATCHES 16         /* per poll: then let the caller's turn end (posted work, stop) */
-#define RING_TARGET_MIN 64     /* buffers the ring starts with (doubled, up to buf_count, when it runs short) */
-#define RING_SHRINK_POLLS 1024 /* polls in which a ring never used half its buffers, before it halves */
+#define RING_TARGET_MIN 64     /* the ring starts with this many (doubled when short, halved back once quiet) */
+#define RING_SHRINK_POLLS 1024 /* polls (not time) in which a ring never used half its buffers, before it halves */
 
 /* user_data: op (8 bits) | generation (24 bits) | slot (32 bits). */
 enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL, OP_PAUSE_CANCEL };
@@ -46,8 +46,9 @@ struct uring {
 	 * The kernel takes a ring's buffers in the order they went in, so a
 	 * ring of all buf_count buffers makes each receive land in the one
 	 * used longest ago (cold in the cache). The ring holds ring_target
-	 * of them; the rest wait on `spare`, the most recently returned on
-	 * top, and go in warmest first.
+	 * of them (more for a while after a shrink, until the kernel has
+	 * used the extra ones); the rest wait on `spare`, the most recently
+	 * returned on top, and go in warmest first.
 	 */
 	uint32_t ring_target;
 	uint32_t *spare;
@@ -55,6 +56,7 @@ struct uring {
 	bool grew_this_poll;         /* an ENOBUFS grows the ring once a poll, not once a CQE */
 	uint32_t ring_low;           /* the fewest free buffers in the ring since the last shrink check */
 	uint32_t polls_since_check;
+	uint64_t parks_at_check;     /* stats.enobufs_parks then: an ENOBUFS since means not quiet */
 	struct perch__park_list parked; /* ENOBUFS, FIFO: first parked, first served */
 	uint64_t wake_val;
 	struct cqe_copy *backlog;    /* CQEs taken off a full CQ to free it, not yet dispatched */
@@ -175,6 +177,14 @@ static void ring_refill(struct uring *u)
 		io_uring_buf_ring_advance(u->br, n); /* a release store of the tail */
 }
 
+/* A new window of RING_SHRINK_POLLS polls in which the ring must stay quiet to shrink. */
+static void shrink_window_restart(struct uring *u)
+{
+	u->polls_since_check = 0;
+	u->ring_low = u->ring_free;
+	u->parks_at_check = u->loop->stats.enobufs_parks;
+}
+
 /*
  * The ring ran dry, or connections wait for more buffers than it has,
  * while buffers wait on the spare stack: the busiest moment needs more,
@@ -186,9 +196,12 @@ static uint32_t ring_grow(struct uring *u)
 	if (u->nspare == 0 || u->ring_target == u->nbufs)
 		return 0;
 	uint32_t before = u->ring_free;
-	u->ring_target = u->ring_target * 2 < u->nbufs ? u->ring_target * 2 : u->nbufs;
+	/* From what it holds: after a shrink the ring may hold more than its target. */
+	uint32_t from = u->ring_free > u->ring_target ? u->ring_free : u->ring_target;
+	u->ring_target = from * 2 < u->nbufs ? from * 2 : u->nbufs;
 	u->loop->stats.ring_target = u->ring_target;
 	ring_refill(u);
+	shrink_window_restart(u); /* a ring that just grew is not quiet */
 	return u->ring_free - before;
 }
 
@@ -212,12 +225,19 @@ static void ring_maybe_shrink(struct uring *u)
 {
 	if (++u->polls_since_check < RING_SHRINK_POLLS)
 		return;
-	if (u->ring_target > RING_TARGET_MIN && u->ring_low >= u->ring_target / 2 && !u->parked.head) {
+	/*
+	 * Quiet: never below half its buffers free (perch's count, which may
+	 * lag the kernel's: so also no ENOBUFS, the kernel's own word), no
+	 * connection parked, and the last halving done (no leftover beyond
+	 * the target to make it look idle).
+	 */
+	if (u->ring_target > RING_TARGET_MIN && u->ring_low >= u->ring_target / 2 &&
+	    u->ring_free <= u->ring_target && u->loop->stats.enobufs_parks == u->parks_at_check &&
+	    !u->parked.head) {
 		u->ring_target /= 2;
 		u->loop->stats.ring_target = u->ring_target;
 	}
-	u->polls_since_check = 0;
-	u->ring_low = u->ring_free;
+	shrink_window_restart(u);
 }
 
 /* liburing 2.3 has no io_uring_setup_buf_ring: map the ring ourselves and register it. */
@@ -256,7 +276,7 @@ static int buf_ring_setup(struct perch_loop *loop, struct uring *u, uint32_t cou
 	u->loop = loop;
 	loop->stats.ring_target = u->ring_target;
 	ring_refill(u);
-	u->ring_low = u->ring_free;
+	shrink_window_restart(u);
 	return 0;
 }
 

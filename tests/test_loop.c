@@ -916,8 +916,11 @@ static void a_ring_grown_by_a_burst_shrinks_back_once_quiet(void **state)
 	assert_int_equal(hp.ring_target, 64);
 	distinct_buffers_of_round_trips(fds[CONNS], quiet, DRAIN); /* the extra entries leave as they are used */
 	uint32_t distinct = distinct_buffers_of_round_trips(fds[CONNS], quiet, MSGS);
-	print_message("then %u distinct buffers for %d messages\n", distinct, MSGS);
+	assert_int_equal(lu_on_loop(&l, read_ring_target, &hp), 0);
+	print_message("then %u distinct buffers for %d messages, ring %llu\n", distinct, MSGS,
+		      (unsigned long long)hp.ring_target);
 	assert_true(distinct <= 64);
+	assert_int_equal(hp.ring_target, 64); /* and no further: 64 is the floor */
 	perch_conn_release(quiet);
 	close(fds[CONNS]);
 	assert_int_equal(lu_stop(&l), 0);
