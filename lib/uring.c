@@ -31,6 +31,7 @@ enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL,
 #define F_RECV_CANCEL 4u   /* a pause's cancel for it is in flight */
 #define F_PARKED      8u   /* ENOBUFS: waits on the park list for buffers */
 #define F_ACCEPT     16u   /* a listener's multishot accept is in flight */
+#define F_ARMED      32u   /* its first recv was armed (later ones find bytes waiting) */
 
 struct uring {
 	struct io_uring ring;
@@ -418,9 +419,15 @@ static void uring_recv_arm(struct perch__sock *s)
 	/*
 	 * Wait for readability before picking a buffer: an idle connection
 	 * then never fails with ENOBUFS nor parks, so the park list holds only
-	 * connections with bytes (or a FIN) waiting.
+	 * connections with bytes (or a FIN) waiting. Only a connection's first
+	 * multishot recv waits so: a later one (after an ENOBUFS, a pause, a
+	 * multishot that ended) has bytes waiting, and a multishot armed with
+	 * POLL_FIRST over bytes and a reset that came before it returns the
+	 * bytes and never the reset (seen on 6.18: the reader waits for good).
 	 */
-	sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
+	if (s->opts.recv_mode == PERCH_RECV_SINGLESHOT || !(s->bk_flags & F_ARMED))
+		sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
+	s->bk_flags |= F_ARMED;
 	sqe->buf_group = BGID;
 	io_uring_sqe_set_data64(sqe, UD(OP_RECV, s));
 	s->bk_inflight++;

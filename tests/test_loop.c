@@ -272,8 +272,18 @@ struct stream {
  * the accepted one inherits it before its first byte) and the writer's
  * SO_SNDBUF, so what sits in the kernel between the two is bounded.
  */
+static void stream_open_on(struct stream *st, const struct perch_loop_opts *lopts, size_t n,
+			   const struct perch_conn_opts *copts, int how, int sockbuf);
+
 static void stream_open(struct stream *st, size_t n, const struct perch_conn_opts *copts, int how,
 			int sockbuf)
+{
+	stream_open_on(st, NULL, n, copts, how, sockbuf);
+}
+
+/* As stream_open, on a loop made with lopts. */
+static void stream_open_on(struct stream *st, const struct perch_loop_opts *lopts, size_t n,
+			   const struct perch_conn_opts *copts, int how, int sockbuf)
 {
 	struct perch_listener *ls;
 	memset(st, 0, sizeof(*st));
@@ -282,7 +292,7 @@ static void stream_open(struct stream *st, size_t n, const struct perch_conn_opt
 	st->in = malloc(n);
 	lu_fill(st->out, n);
 	sem_init(&st->k.got, 0, 0);
-	assert_int_equal(lu_start(&st->l, NULL), 0);
+	assert_int_equal(lu_start(&st->l, lopts), 0);
 	assert_int_equal(perch_listen(st->l.loop, "127.0.0.1", 0, copts, catch_accept, &st->k, &ls), 0);
 	if (sockbuf > 0)
 		assert_int_equal(setsockopt(ls->sk.fd, SOL_SOCKET, SO_RCVBUF, &sockbuf, sizeof(sockbuf)), 0);
@@ -544,6 +554,32 @@ static void write_of_1mib_then_rst_surfaces_the_error_after_the_delivered_bytes(
 	stream_close(&st);
 }
 
+/*
+ * Two 4 KiB buffers for 256 KiB: the multishot recv runs out of buffers
+ * (ENOBUFS) and parks long before the writer resets the connection, and
+ * is re-armed only once the reader gives buffers back, over bytes and a
+ * reset that are both waiting. The reset must surface, after bytes in
+ * order: a multishot re-armed with POLL_FIRST there returned the bytes
+ * and never the reset, and the reader waited for good. (The kernel may
+ * drop bytes it still held when the reset came: an abortive close.)
+ */
+static void a_reset_waiting_behind_a_parked_recv_still_surfaces_after_the_bytes(void **state)
+{
+	struct perch_loop_opts two = { .buf_count = 2, .buf_size = 4096 };
+	struct perch_conn_opts big = { .pause_bytes = 4 * 1024 * 1024 };
+	struct stream st;
+	stream_open_on(&st, &two, 256 * 1024, &big, 1, 0);
+	stream_write(&st);
+	stream_join(&st);
+	usleep(50 * 1000);
+	struct lu_end e = lu_read_to_end(st.k.c, st.in, st.n);
+	print_message("%zu of %zu bytes before the reset\n", e.got, st.n);
+	assert_false(e.timed_out);
+	assert_int_equal(e.error, -ECONNRESET);
+	assert_memory_equal(st.in, st.out, e.got);
+	stream_close(&st);
+}
+
 struct rx_probe {
 	struct perch_conn *c;
 	uint64_t unconsumed;
@@ -711,9 +747,10 @@ static void a_ring_that_grows_while_buffers_come_and_go_loses_nothing(void **sta
 	struct perch_loop_opts opts = { .buf_count = 128, .buf_size = 4096 };
 	uint64_t parks, target;
 	echo_through_few_buffers(&opts, 64, 256 * 1024, &parks, &target);
-	assert_true(parks > 0); /* the ring ran short: what this test is for */
-	if (target != 0) /* io_uring (epoll has no ring) */
+	if (target != 0) { /* io_uring (epoll has no ring, and its pool may never run short here) */
+		assert_true(parks > 0); /* the ring ran short: what this test is for */
 		assert_true(target > 64);
+	}
 }
 
 /* Waits for the next bytes on c and consumes them; returns the buffer id of the first segment. */
@@ -2193,6 +2230,7 @@ int main(void)
 		cmocka_unit_test(connects_beyond_the_submission_queue_all_complete),
 		cmocka_unit_test(burst_of_2mib_then_fin_is_read_completely_before_eof),
 		cmocka_unit_test(write_of_1mib_then_rst_surfaces_the_error_after_the_delivered_bytes),
+		cmocka_unit_test(a_reset_waiting_behind_a_parked_recv_still_surfaces_after_the_bytes),
 		cmocka_unit_test(stalled_reader_pauses_multishot_recv_and_resuming_delivers_everything_in_order),
 		cmocka_unit_test(stalled_reader_pauses_singleshot_recv_and_resuming_delivers_everything_in_order),
 		cmocka_unit_test(exhausted_buffer_ring_still_serves_every_connection),
