@@ -353,7 +353,8 @@ write_results() {
 		echo "servers pinned to core $SERVER_CPU and clients to core $CLIENT_CPU, every server restarted for each run."
 		echo "Echo servers' sockets: $([[ ${ECHO_NODELAY:-0} == 1 ]] && echo "TCP_NODELAY on every one (ECHO_NODELAY=1)" ||
 			echo "Nagle's algorithm on every one (perch's echo with --nagle; ECHO_NODELAY=0)"); servers given from outside"
-		echo "(PERCH_ECHO*, PERCH_*_VS) run as given: \`$PERCH_ECHO\`${PERCH_ECHO_VS:+, \`${PERCH_ECHO_VS#*|}\`}."
+		local echo_cmds="\`$PERCH_ECHO\`${PERCH_ECHO_VS:+, \`${PERCH_ECHO_VS#*|}\`}"
+		echo "(PERCH_ECHO*, PERCH_*_VS) run as given: ${echo_cmds//$BUILD/BUILD} (BUILD: the build dir)."
 		echo
 		echo "Machine: $(nproc) cores, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), Linux $(uname -r)."
 		echo "Tools: $(have nginx && nginx -v 2>&1 | tr -d '\n'), $(have redis-server && redis-server --version | awk '{ print $1, $3 }'), $(have wrk && wrk -v 2>&1 | head -1 | awk '{ print $1, $2 }')."

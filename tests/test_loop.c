@@ -538,20 +538,25 @@ static void burst_of_2mib_then_fin_is_read_completely_before_eof(void **state)
 	stream_close(&st);
 }
 
+/* The writer sends everything and resets; nothing is read before that. Every byte comes, then the reset. */
+static void every_byte_then_the_reset(struct stream *st)
+{
+	stream_write(st);
+	stream_join(st);
+	usleep(50 * 1000);
+	struct lu_end e = stream_read_all(st);
+	assert_false(e.completed);
+	assert_int_equal(e.error, -ECONNRESET);
+	stream_close(st);
+}
+
 static void write_of_1mib_then_rst_surfaces_the_error_after_the_delivered_bytes(void **state)
 {
 	/* No pause before the RST: every byte sits in the conn when the error lands. */
 	struct perch_conn_opts big = { .pause_bytes = 4 * 1024 * 1024 };
 	struct stream st;
 	stream_open(&st, 1024 * 1024, &big, 1, 0);
-	/* Nothing is read until the writer has reset the connection. */
-	stream_write(&st);
-	stream_join(&st);
-	usleep(50 * 1000);
-	struct lu_end e = stream_read_all(&st);
-	assert_false(e.completed);
-	assert_int_equal(e.error, -ECONNRESET);
-	stream_close(&st);
+	every_byte_then_the_reset(&st);
 }
 
 /*
@@ -569,13 +574,7 @@ static void a_reset_waiting_behind_a_parked_recv_still_surfaces_after_the_bytes(
 	struct perch_conn_opts big = { .pause_bytes = 4 * 1024 * 1024 };
 	struct stream st;
 	stream_open_on(&st, &two, 64 * 1024, &big, 1, 0);
-	stream_write(&st);
-	stream_join(&st);
-	usleep(50 * 1000);
-	struct lu_end e = stream_read_all(&st);
-	assert_false(e.completed);
-	assert_int_equal(e.error, -ECONNRESET);
-	stream_close(&st);
+	every_byte_then_the_reset(&st);
 }
 
 struct rx_probe {
