@@ -28,7 +28,7 @@ requests per server-CPU second; a server under BOUND_UTIL (0.90) of its core is 
 client-bound in results.md, and ratios are given for throughput and for capacity.
 
 Options: -r rounds (ROUNDS, 5; FLOOD_ROUNDS, 3), -d seconds a load (SECS, 3),
--o where results.md, raw.tsv and the PNGs go (OUT, bench/out; the published run is -o doc/perf),
+-o where results.md, raw.tsv and the PNGs go (OUT, bench/out; the published run is -o doc/perf/final),
 -b the build dir (BUILD, build).
 
 Server-bound mode: -q PERCENT (PERCH_BENCH_SERVER_QUOTA; default off) runs every server, its
