@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cmocka_prelude.h"
 #include "echo.h"
@@ -224,6 +225,50 @@ static void the_idle_timeout_option_is_parsed_and_bad_values_refused(void **stat
 	assert_null(srv);
 }
 
+/* Runs serve_parse_args with stderr caught in err (cut to size): its return value. */
+static int parse_catching_stderr(int argc, char **argv, char *err, size_t size)
+{
+	struct serve_opts o;
+	FILE *f = tmpfile();
+	assert_non_null(f);
+	fflush(stderr);
+	int saved = dup(STDERR_FILENO);
+	assert_true(saved >= 0 && dup2(fileno(f), STDERR_FILENO) >= 0);
+	int rc = serve_parse_args(argc, argv, "echo", &o);
+	fflush(stderr);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	rewind(f);
+	size_t n = fread(err, 1, size - 1, f);
+	err[n] = '\0';
+	fclose(f);
+	return rc;
+}
+
+/*
+ * An unknown option or a missing value is refused with a message that
+ * names it and the program as every other message does ("echo: ..."),
+ * not getopt's own, which names argv[0] (a path, when run as one).
+ */
+static void unknown_options_and_missing_values_are_refused_by_name(void **state)
+{
+	static const struct {
+		const char *arg, *says;
+	} cases[] = {
+		{ "--bogus", "echo: unknown option '--bogus'\n" },
+		{ "--nagle=yes", "echo: unknown option '--nagle=yes'\n" },
+		{ "-x", "echo: unknown option '-x'\n" },
+		{ "--port", "echo: --port needs a value\n" },
+	};
+	char err[4096];
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *argv[] = { "./build/examples/echo/echo", (char *)cases[i].arg, NULL };
+		assert_int_equal(parse_catching_stderr(2, argv, err, sizeof(err)), -1);
+		assert_true(strncmp(err, cases[i].says, strlen(cases[i].says)) == 0);
+		assert_non_null(strstr(err, "usage: echo"));
+	}
+}
+
 /*
  * --nagle reaches every accepted connection, on every loop (two here,
  * sharing the port: eight connections land on both but for a 1 in 128
@@ -277,6 +322,7 @@ int main(void)
 						setup_idle_long, teardown),
 		cmocka_unit_test(the_idle_timeout_option_is_parsed_and_bad_values_refused),
 		cmocka_unit_test(the_nagle_option_reaches_every_accepted_connection),
+		cmocka_unit_test(unknown_options_and_missing_values_are_refused_by_name),
 	};
 	return cmocka_run_group_tests_name("echo server", tests, NULL, NULL);
 }

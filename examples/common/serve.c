@@ -469,7 +469,8 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 	int opt, idx = 0;
 	long v;
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "", longs, &idx)) != -1) {
+	opterr = 0; /* getopt's own messages name argv[0], a path: say it with prog, as every other message does */
+	while ((opt = getopt_long(argc, argv, ":", longs, &idx)) != -1) {
 		switch (opt) {
 		case 'p':
 			if ((v = parse_num(optarg, 0, 65535)) < 0)
@@ -506,7 +507,12 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 		case 'h':
 			usage(prog);
 			return 1;
+		case ':':
+			fprintf(stderr, "%s: %s needs a value\n", prog, argv[optind - 1]);
+			usage(prog);
+			return -1;
 		default:
+			fprintf(stderr, "%s: unknown option '%s'\n", prog, argv[optind - 1]);
 			usage(prog);
 			return -1;
 		}
