@@ -404,8 +404,9 @@ static void start_close(struct perch__sock *s)
 		return;
 	s->closing = true;
 	if (!s->in_table) {
-		/* Never reached the backend: nothing in flight. */
-		close(s->fd);
+		/* Never reached the backend: nothing in flight (a listener dropped for want of memory has no fd). */
+		if (s->fd >= 0)
+			close(s->fd);
 		if (s->kind == PERCH__SOCK_LISTENER)
 			free(s);
 		return;
@@ -952,15 +953,28 @@ int perch_connect(struct perch_loop *loop, const char *host, int port,
 	return 0;
 }
 
+/* Puts a listener in the loop's table and starts accepting: 0 or -ENOMEM. */
+static int listener_insert(struct perch_loop *loop, struct perch__sock *ls)
+{
+	int rc = table_insert(loop, ls);
+	if (rc == 0)
+		loop->be->accept(ls);
+	return rc;
+}
+
+/*
+ * A listen posted from another thread, whose caller already holds the
+ * listener. Out of memory here, its socket is closed (nothing would accept
+ * on it) but the struct stays the caller's until perch_listener_close.
+ */
 static void run_posted_listen(struct perch_loop *loop, struct perch__msg *m)
 {
 	struct perch__sock *ls = (struct perch__sock *)((char *)m - offsetof(struct perch__sock, listen_msg));
-	if (table_insert(loop, ls) != 0) {
+	if (listener_insert(loop, ls) != 0) {
 		fprintf(stderr, "perch: listener on port %d dropped: out of memory\n", ls->port);
-		start_close(ls);
-		return;
+		close(ls->fd);
+		ls->fd = -1;
 	}
-	loop->be->accept(ls);
 }
 
 static int listen_socket(const struct sockaddr_storage *ss, socklen_t len, int *port)
@@ -1011,11 +1025,17 @@ int perch_listen(struct perch_loop *loop, const char *host, int port,
 	ls->on_accept = on_accept;
 	ls->accept_arg = arg;
 	ls->accept_opts = o;
-	*out = l;
 	if (perch_loop_is_current(loop)) {
-		run_posted_listen(loop, &ls->listen_msg);
+		int rc = listener_insert(loop, ls);
+		if (rc != 0) {
+			close(fd);
+			free(l);
+			return rc;
+		}
+		*out = l;
 		return 0;
 	}
+	*out = l;
 	ls->listen_msg.run = run_posted_listen;
 	inbox_push(loop, &ls->listen_msg);
 	return 0;

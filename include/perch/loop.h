@@ -175,7 +175,12 @@ PERCH_API void perch_loop_free(struct perch_loop *loop);
  * backlog. Failures are logged on stderr, at most a line every 10 s. Returns 0 with *out set (valid until perch_listener_close);
  * -EINVAL for a bad argument (NULL loop/on_accept/out, a host that is not
  * a numeric address, a port outside 0..65535, bad opts); bind's or
- * listen's error (-EADDRINUSE, ...); -ENOMEM.
+ * listen's error (-EADDRINUSE, ...); -ENOMEM, *out untouched. Called on the
+ * loop's thread, the listener is in the loop when the call returns, so a
+ * loop with no room for it is -ENOMEM too. From another thread the call
+ * returns first: should the loop then have no room, that is logged, the
+ * socket is closed and nothing is accepted, but *out stays valid until
+ * perch_listener_close.
  */
 PERCH_API int perch_listen(struct perch_loop *loop, const char *host, int port,
 			   const struct perch_conn_opts *opts, perch_accept_fn on_accept,

@@ -1,0 +1,155 @@
+/* tests/test_listen_out_of_memory.c: a listen the loop's table has no room for fails cleanly, on io_uring and on epoll. */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <perch.h>
+
+#include "cmocka_prelude.h"
+
+/*
+ * Fault injection: the program links with -Wl,--wrap=realloc, so every
+ * realloc of the test and of the static library comes here. Armed with n,
+ * the n-th call from now fails. The loop's connection table grows by
+ * realloc, first at the first socket it holds.
+ */
+void *__real_realloc(void *p, size_t size);
+static int realloc_fails_in;
+
+void *__wrap_realloc(void *p, size_t size)
+{
+	if (realloc_fails_in > 0 && --realloc_fails_in == 0)
+		return NULL;
+	return __real_realloc(p, size);
+}
+
+static enum perch_backend backend;
+
+static struct perch_loop *new_loop(void)
+{
+	struct perch_loop_opts o = { .backend = backend };
+	struct perch_loop *loop = NULL;
+	assert_int_equal(perch_loop_new(&o, &loop), 0);
+	return loop;
+}
+
+static void never_called(struct perch_listener *l, struct perch_conn *c, void *arg)
+{
+	(void)l, (void)c, (void)arg;
+	fail_msg("no connection was expected");
+}
+
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	assert_non_null(d);
+	int n = 0;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+/* Whether a plain connect to 127.0.0.1:port is accepted by the kernel (a listening socket is there). */
+static bool something_listens_on(int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	bool ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	close(fd);
+	return ok;
+}
+
+struct listen_call {
+	struct perch_loop *loop;
+	struct perch_listener *l;
+	int rc;
+	bool fail_table;
+};
+
+static void listen_on_the_loop(void *arg)
+{
+	struct listen_call *call = arg;
+	realloc_fails_in = call->fail_table ? 1 : 0;
+	call->rc = perch_listen(call->loop, "127.0.0.1", 0, NULL, never_called, NULL, &call->l);
+	realloc_fails_in = 0;
+}
+
+/*
+ * On the loop's own thread the listener goes into the table at once, so
+ * no room there is the call's error: -ENOMEM, *out untouched, no fd left
+ * open. The next listen, with memory, works.
+ */
+static void a_listen_on_the_loop_thread_without_room_returns_enomem(void **state)
+{
+	(void)state;
+	struct perch_loop *loop = new_loop();
+	int fds = open_fds();
+	struct listen_call call = { .loop = loop, .fail_table = true };
+	assert_int_equal(perch_loop_post(loop, listen_on_the_loop, &call), 0);
+	assert_true(perch_loop_run_once(loop, 0) >= 0);
+	assert_int_equal(call.rc, -ENOMEM);
+	assert_null(call.l);
+	assert_int_equal(open_fds(), fds);
+
+	call.fail_table = false;
+	assert_int_equal(perch_loop_post(loop, listen_on_the_loop, &call), 0);
+	assert_true(perch_loop_run_once(loop, 0) >= 0);
+	assert_int_equal(call.rc, 0);
+	assert_non_null(call.l);
+	assert_true(something_listens_on(perch_listener_port(call.l)));
+	assert_int_equal(perch_listener_close(call.l), 0);
+	assert_true(perch_loop_run_once(loop, 0) >= 0);
+	perch_loop_free(loop);
+}
+
+/*
+ * From another thread, perch_listen returns before the loop inserts the
+ * listener, with *out set. When the insert then fails, the socket is
+ * closed (nothing would accept on it) and the listener stays the caller's
+ * until perch_listener_close, which frees it (ASan: no use after free, no
+ * leak).
+ */
+static void a_posted_listen_without_room_stays_the_callers_to_close(void **state)
+{
+	(void)state;
+	struct perch_loop *loop = new_loop();
+	int fds = open_fds();
+	struct perch_listener *l = NULL;
+	assert_int_equal(perch_listen(loop, "127.0.0.1", 0, NULL, never_called, NULL, &l), 0);
+	assert_non_null(l);
+	int port = perch_listener_port(l);
+	assert_true(port > 0);
+	realloc_fails_in = 1;
+	assert_true(perch_loop_run_once(loop, 0) >= 0); /* the posted listen runs here */
+	assert_int_equal(realloc_fails_in, 0);
+	assert_false(something_listens_on(port));
+	assert_int_equal(perch_listener_port(l), port);
+	assert_int_equal(perch_listener_close(l), 0);
+	assert_true(perch_loop_run_once(loop, 0) >= 0);
+	assert_int_equal(open_fds(), fds);
+	perch_loop_free(loop);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(a_listen_on_the_loop_thread_without_room_returns_enomem),
+		cmocka_unit_test(a_posted_listen_without_room_stays_the_callers_to_close),
+	};
+	const char *only = getenv("PERCH_TEST_FILTER");
+	if (only && *only)
+		cmocka_set_test_filter(only);
+	backend = PERCH_BACKEND_URING;
+	int failed = cmocka_run_group_tests_name("listen out of memory (io_uring)", tests, NULL, NULL);
+	backend = PERCH_BACKEND_EPOLL;
+	failed += cmocka_run_group_tests_name("listen out of memory (epoll)", tests, NULL, NULL);
+	return failed ? 1 : 0;
+}
