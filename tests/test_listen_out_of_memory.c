@@ -10,7 +10,7 @@
 
 #include <perch.h>
 
-#include "cmocka_prelude.h"
+#include "both_backends.h"
 
 /*
  * Fault injection: the program links with -Wl,--wrap=realloc, so every
@@ -144,12 +144,5 @@ int main(void)
 		cmocka_unit_test(a_listen_on_the_loop_thread_without_room_returns_enomem),
 		cmocka_unit_test(a_posted_listen_without_room_stays_the_callers_to_close),
 	};
-	const char *only = getenv("PERCH_TEST_FILTER");
-	if (only && *only)
-		cmocka_set_test_filter(only);
-	backend = PERCH_BACKEND_URING;
-	int failed = cmocka_run_group_tests_name("listen out of memory (io_uring)", tests, NULL, NULL);
-	backend = PERCH_BACKEND_EPOLL;
-	failed += cmocka_run_group_tests_name("listen out of memory (epoll)", tests, NULL, NULL);
-	return failed ? 1 : 0;
+	return RUN_ON_BOTH_BACKENDS("listen out of memory", tests, backend);
 }

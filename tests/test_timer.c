@@ -11,7 +11,7 @@
 #include <perch.h>
 
 #include "backend.h" /* the loop's stats: timer_walk_steps */
-#include "cmocka_prelude.h"
+#include "both_backends.h"
 
 static enum perch_backend backend;
 
@@ -473,12 +473,5 @@ int main(void)
 		cmocka_unit_test(timers_never_fire_once_the_loop_is_freed_and_are_unbound_by_it),
 		cmocka_unit_test(bad_arguments_return_einval_and_change_nothing),
 	};
-	const char *only = getenv("PERCH_TEST_FILTER");
-	if (only && *only)
-		cmocka_set_test_filter(only);
-	backend = PERCH_BACKEND_URING;
-	int failed = cmocka_run_group_tests_name("timer (io_uring)", tests, NULL, NULL);
-	backend = PERCH_BACKEND_EPOLL;
-	failed += cmocka_run_group_tests_name("timer (epoll)", tests, NULL, NULL);
-	return failed ? 1 : 0;
+	return RUN_ON_BOTH_BACKENDS("timer", tests, backend);
 }
