@@ -31,9 +31,10 @@ its name. A foreign server's (nginx, redis) own code is app. Prints the shares, 
 share of the user samples, and the top functions; with the server's CPU per request over the
 same run (/proc/PID/stat), perch's share in microseconds.
 -m syscalls: perf stat on every syscalls:sys_enter_* tracepoint (and page-faults) of the
-server while the client runs: syscalls and page faults per request (the client's count),
-the server at full speed; counts do not depend on how loaded the machine is, only on how
-many requests a loop turn batches.
+server while the client runs: syscalls and page faults per request (the client's count);
+counting does not slow the server (no sampling). Counts of per-turn calls (io_uring_enter,
+epoll_wait) depend on how many requests a loop turn batches, and so on the load, on how
+loaded the machine is, and on a quota (-q), which breaks the server's time into periods.
 -m strace: strace -c -f, as a cross-check: ptrace slows the server, so its turns batch more
 requests and per-request counts of per-turn syscalls read lower than untraced.
 -m ops: perf record of the io_uring:io_uring_submit_req and tcp:tcp_probe tracepoints in the
@@ -241,7 +242,7 @@ profile_perf() { # load port cmd
 	function_sources "$bin" >"$TMP/sources.tsv"
 	syscall_returns "$bin" >"$TMP/exits.txt"
 	{
-		echo "# $1 on $SERVER ($3): perf record -e cpu-clock -F $PERF_FREQ, $req requests"
+		echo "# $1 on $SERVER ($3)${QUOTA:+, under a quota of $QUOTA% of a CPU}: perf record -e cpu-clock -F $PERF_FREQ, $req requests"
 		awk -v c0="$c0" -v c1="$c1" -v h="$CLK_TCK" -v n="$req" 'BEGIN { split(c0, a, " "); split(c1, b, " ")
 			u = (b[1] - a[1]) * 1e6 / h; s = (b[2] - a[2]) * 1e6 / h
 			printf "server cpu %.2f us/req (user %.2f, sys %.2f; /proc/PID/stat, under perf)\n", n ? (u + s) / n : 0, n ? u / n : 0, n ? s / n : 0 }'
@@ -279,7 +280,7 @@ profile_strace() { # load port cmd
 	sed 's/^/  /' "$report"
 }
 
-# ---- perf stat: syscalls per request at full speed ----
+# ---- perf stat: syscalls per request (counters only: the server is not slowed) ----
 
 profile_syscalls() { # load port cmd
 	local log=$TMP/$1-$SERVER.sysstat report=$OUT/$1-$SERVER.syscalls.txt res req
@@ -288,7 +289,7 @@ profile_syscalls() { # load port cmd
 	stop_tracer
 	read -r req _ _ _ <<<"$res"
 	{
-		echo "# $1 on $SERVER ($3): perf stat -e 'syscalls:sys_enter_*' (tracepoint counters: the server runs at full speed), $req requests"
+		echo "# $1 on $SERVER ($3)${QUOTA:+, under a quota of $QUOTA% of a CPU}: perf stat -e 'syscalls:sys_enter_*' (tracepoint counters: no sampling, so no slowdown), $req requests"
 		awk -F, -v n="$req" '$3 ~ /^syscalls:sys_enter_/ && $1 + 0 > 0 {
 			name = $3; sub(/^syscalls:sys_enter_/, "", name); total += $1
 			printf "%-20s %10d calls %8.3f per request\n", name, $1, n ? $1 / n : 0 | "sort -k4,4nr"

@@ -349,7 +349,9 @@ write_results() {
 	{
 		echo "# perch benchmark results"
 		echo
-		echo "Made by \`bench/run.sh ${SCENARIOS[*]}\` on $(date -u '+%Y-%m-%d %H:%M UTC'): $ROUNDS rounds (flood: $FLOOD_ROUNDS) of ${SECS} s a load,"
+		local flood_rounds=""
+		[[ " ${SCENARIOS[*]} " == *" flood "* ]] && flood_rounds=" (flood: $FLOOD_ROUNDS)"
+		echo "Made by \`bench/run.sh ${SCENARIOS[*]}\` on $(date -u '+%Y-%m-%d %H:%M UTC'): $ROUNDS round$( ((ROUNDS == 1)) || echo s)$flood_rounds of ${SECS} s a load,"
 		echo "servers pinned to core $SERVER_CPU and clients to core $CLIENT_CPU, every server restarted for each run."
 		echo "Echo servers' sockets: $([[ ${ECHO_NODELAY:-0} == 1 ]] && echo "TCP_NODELAY on every one (ECHO_NODELAY=1)" ||
 			echo "Nagle's algorithm on every one (perch's echo with --nagle; ECHO_NODELAY=0)"); servers given from outside"
@@ -366,10 +368,16 @@ write_results() {
 		echo "Server CPU is the server's CPU seconds over the client's wall seconds (its share of one core; the wall"
 		echo "includes the client's start and connects, so it reads a little low). Capacity is requests per second of"
 		echo "server CPU (1e6 / (user + sys us/req)): what the server would do were its core saturated, and the capacity"
-		echo "ratio compares that. A server under $(awk -v b="$BOUND" 'BEGIN { print b * 100 }')% of a core was not the bottleneck: the"
-		echo "**client** bounded that run (the client is single-threaded on the other core), and a throughput ratio"
-		echo "with such a run on either side is starred (*): it measures the client's pace, read the capacity ratio."
-		echo "Client core: how busy core $CLIENT_CPU was over the run (/proc/stat; anything else running there counts too)."
+		echo "ratio compares that. Client CPU: the client's own CPU over the wall. Client core: how busy core $CLIENT_CPU"
+		echo "was (/proc/stat; anything else running there counts too). Other on server core: core $SERVER_CPU's busy share"
+		echo "less the server's own CPU."
+		echo
+		echo "Bound by, who set the pace of a row: **server**, its CPU at $(awk -v b="$BOUND_UTIL" 'BEGIN { print b * 100 }')% or more of what it may use (its core,"
+		echo "or its quota), or throttled in half the quota's periods; else **contended**, when other work took $(awk -v c="$CONTEND" 'BEGIN { print c * 100 }')% of a core or more from the"
+		echo "server's core or the client's (neither server compares); else **client**, the single-threaded client's own"
+		echo "CPU at $(awk -v b="$BOUND_UTIL" 'BEGIN { print b * 100 }')%; else **neither** (both waited: latency set the pace). A throughput ratio with a"
+		echo "run that was not server-bound on either side is starred (*): read the capacity ratio. bench/README.md,"
+		echo "\"Who bounded a row, and other work on the cores\", has the details."
 		echo
 		quota_paragraph
 		[[ -s $RAW ]] && summarize
@@ -382,10 +390,11 @@ write_results() {
 		echo
 		echo "Raw rounds: raw.tsv (scenario, load, server, round, throughput, p99 us, user us/req, sys us/req, errors,"
 		echo "wall s, server CPU s, server CPU / wall, capacity in requests per server-CPU second, client core busy share,"
-		echo "share of quota periods throttled or - without a quota)."
+		echo "share of quota periods throttled or - without a quota, client CPU, other work on the server core)."
 	} >"$md"
-	[[ -s $RAW ]] && cp "$RAW" "$OUT/raw.tsv"
-	[[ -s $TMP/flood.tsv ]] && cp "$TMP/flood.tsv" "$OUT/flood.tsv"
+	RAW_WRITTEN= FLOOD_WRITTEN=
+	[[ -s $RAW ]] && cp "$RAW" "$OUT/raw.tsv" && RAW_WRITTEN=1
+	[[ -s $TMP/flood.tsv ]] && cp "$TMP/flood.tsv" "$OUT/flood.tsv" && FLOOD_WRITTEN=1
 	WRITTEN=()
 	if have gnuplot; then
 		for s in echo http resp; do
@@ -398,7 +407,7 @@ write_results() {
 	echo
 	cat "$md"
 	echo
-	echo "written: $md" "${WRITTEN[@]}"
+	echo "written: $md" ${RAW_WRITTEN:+"$OUT/raw.tsv"} ${FLOOD_WRITTEN:+"$OUT/flood.tsv"} "${WRITTEN[@]}"
 }
 
 : >"$RAW"

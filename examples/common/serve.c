@@ -414,12 +414,13 @@ void serve_stop(struct serve *s)
 /* ---- the command line ---- */
 
 const char *serve_extra_usage;
+const char *serve_extra_synopsis;
 
 static void usage(const char *prog)
 {
 	fprintf(stderr,
 		"usage: %s [--port P] [--host ADDR] [--threads N] [--backend uring|io_uring|epoll]\n"
-		"       [--recv multishot|singleshot] [--idle-timeout MS] [--nagle]\n"
+		"       [--recv multishot|singleshot] [--idle-timeout MS] [--nagle]%s%s\n"
 		"  --port P       TCP port (default 0: the kernel picks one, printed at start)\n"
 		"  --host ADDR    numeric IPv4 or IPv6 address to listen on (default 127.0.0.1)\n"
 		"  --threads N    loops, one per thread, sharing the port with SO_REUSEPORT (default 1)\n"
@@ -431,7 +432,8 @@ static void usage(const char *prog)
 		"  --nagle        keep Nagle's algorithm instead of TCP_NODELAY (the default): fuller\n"
 		"                 segments for bulk streams; a small answer may wait for the peer's ACK\n"
 		"%s",
-		prog, serve_extra_usage ? serve_extra_usage : "");
+		prog, serve_extra_synopsis ? " " : "", serve_extra_synopsis ? serve_extra_synopsis : "",
+		serve_extra_usage ? serve_extra_usage : "");
 }
 
 /* Decimal digits only (no sign, no space) making a number in [lo, hi], or -1. */

@@ -167,5 +167,7 @@ int serve_main(int argc, char **argv, const char *prog, serve_start_fn start, se
 
 /* Lines a program's own options add to the usage (each ending in a newline), or NULL. */
 extern const char *serve_extra_usage;
+/* Its options in the usage's first lines, after the shared ones ("[--copy]"), or NULL. */
+extern const char *serve_extra_synopsis;
 
 #endif /* PERCH_EXAMPLES_SERVE_H */

@@ -7,6 +7,7 @@
 int main(int argc, char **argv)
 {
 	serve_extra_usage = "  --copy         copy received bytes into the writer instead of forwarding them\n";
+	serve_extra_synopsis = "[--copy]";
 	serve_start_fn start = echo_start;
 	int n = 1;
 	for (int i = 1; i < argc; i++) {

@@ -69,6 +69,7 @@ static int bad(const char *what, const char *value)
 /* The proxy's own options are taken out of the line before the shared ones are parsed. */
 int main(int argc, char **argv)
 {
+	serve_extra_synopsis = "--to HOST:PORT [--connect-timeout MS]";
 	serve_extra_usage =
 		"  --to HOST:PORT  where each client is connected (numeric; [V6]:PORT for IPv6); required\n"
 		"  --connect-timeout MS  a client whose upstream has not answered by then is reset\n"
