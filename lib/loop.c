@@ -398,20 +398,36 @@ static int turn_timeout(struct perch_loop *loop, int timeout_ms)
 	return timeout_ms < 0 || ms < timeout_ms ? ms : timeout_ms;
 }
 
+/* Takes a listener off loop->dropped, if the table had no room for it. */
+static void undrop(struct perch_loop *loop, struct perch__sock *ls)
+{
+	for (struct perch__sock **p = &loop->dropped; *p; p = &(*p)->dropped_next) {
+		if (*p == ls) {
+			*p = ls->dropped_next;
+			return;
+		}
+	}
+}
+
 static void start_close(struct perch__sock *s)
 {
 	if (s->closing)
 		return;
 	s->closing = true;
-	if (!s->in_table) {
-		/* Never reached the backend: nothing in flight (a listener dropped for want of memory has no fd). */
-		if (s->fd >= 0)
-			close(s->fd);
-		if (s->kind == PERCH__SOCK_LISTENER)
-			free(s);
+	if (s->in_table) {
+		s->loop->be->close(s);
 		return;
 	}
-	s->loop->be->close(s);
+	/* Its posted insert has not run yet, and frees it when it does (its message is still queued). */
+	if (s->kind == PERCH__SOCK_LISTENER && s->listen_pending)
+		return;
+	/* Never reached the backend: nothing in flight (a listener dropped for want of memory has no fd). */
+	if (s->fd >= 0)
+		close(s->fd);
+	if (s->kind == PERCH__SOCK_LISTENER) {
+		undrop(s->loop, s);
+		free(s);
+	}
 }
 
 void perch__loop_sock_closed(struct perch__sock *s)
@@ -970,10 +986,19 @@ static int listener_insert(struct perch_loop *loop, struct perch__sock *ls)
 static void run_posted_listen(struct perch_loop *loop, struct perch__msg *m)
 {
 	struct perch__sock *ls = (struct perch__sock *)((char *)m - offsetof(struct perch__sock, listen_msg));
+	ls->listen_pending = false;
+	if (ls->closing) {
+		/* Closed inside an earlier turn's callback, before this ran: start_close left it here. */
+		close(ls->fd);
+		free(ls);
+		return;
+	}
 	if (listener_insert(loop, ls) != 0) {
 		fprintf(stderr, "perch: listener on port %d dropped: out of memory\n", ls->port);
 		close(ls->fd);
 		ls->fd = -1;
+		ls->dropped_next = loop->dropped;
+		loop->dropped = ls;
 	}
 }
 
@@ -1036,6 +1061,7 @@ int perch_listen(struct perch_loop *loop, const char *host, int port,
 		return 0;
 	}
 	*out = l;
+	ls->listen_pending = true;
 	ls->listen_msg.run = run_posted_listen;
 	inbox_push(loop, &ls->listen_msg);
 	return 0;
@@ -1281,6 +1307,12 @@ void perch_loop_free(struct perch_loop *loop)
 	if (loop->live > 0)
 		fprintf(stderr, "perch: loop freed with %u sockets still in flight%s\n", loop->live,
 			owner ? "" : " (perch_loop_free called off the loop's thread)");
+	/* Listeners the table had no room for, never closed: nothing is in flight for them. */
+	while (loop->dropped) {
+		struct perch__sock *ls = loop->dropped;
+		loop->dropped = ls->dropped_next;
+		free(ls);
+	}
 	perch__timers_unbind_all(loop);
 	loop->be->destroy(loop);
 	free_txbuf_pool(loop);

@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 
 #include <perch.h>
 
+#include "backend.h" /* a listener's fd, to check nothing closes it twice */
 #include "both_backends.h"
 
 /*
@@ -83,11 +85,12 @@ static void listen_on_the_loop(void *arg)
 }
 
 /*
- * On the loop's own thread the listener goes into the table at once, so
- * no room there is the call's error: -ENOMEM, *out untouched, no fd left
- * open. The next listen, with memory, works.
+ * Inside one of the loop's turns (a posted function here) the listener
+ * goes into the table at once, so no room there is the call's error:
+ * -ENOMEM, *out untouched, no fd left open. The next listen, with memory,
+ * works.
  */
-static void a_listen_on_the_loop_thread_without_room_returns_enomem(void **state)
+static void a_listen_inside_a_turn_without_room_returns_enomem(void **state)
 {
 	(void)state;
 	struct perch_loop *loop = new_loop();
@@ -117,23 +120,88 @@ static void a_listen_on_the_loop_thread_without_room_returns_enomem(void **state
  * until perch_listener_close, which frees it (ASan: no use after free, no
  * leak).
  */
-static void a_posted_listen_without_room_stays_the_callers_to_close(void **state)
+/*
+ * A listen made outside the loop's turns, so queued for the next one,
+ * whose insert there finds no room. Returns the fd it had (closed now).
+ */
+static int listen_dropped_at_the_next_turn(struct perch_loop *loop, struct perch_listener **l)
+{
+	assert_int_equal(perch_listen(loop, "127.0.0.1", 0, NULL, never_called, NULL, l), 0);
+	assert_non_null(*l);
+	int fd = (*l)->sk.fd, port = perch_listener_port(*l);
+	assert_true(fd >= 0 && port > 0);
+	realloc_fails_in = 1;
+	assert_true(perch_loop_run_once(loop, 0) >= 0); /* the queued insert runs here */
+	assert_int_equal(realloc_fails_in, 0);
+	assert_false(something_listens_on(port));
+	assert_int_equal(perch_listener_port(*l), port);
+	return fd;
+}
+
+/*
+ * Outside the loop's turns (another thread, or the loop's own between
+ * turns) perch_listen returns before the loop inserts the listener, with
+ * *out set. When the insert then fails, the socket is closed (nothing
+ * would accept on it) and the listener stays the caller's until
+ * perch_listener_close, which frees it (ASan: no use after free, no leak)
+ * and closes nothing more: the fd number it had, taken again by the test,
+ * stays open.
+ */
+static void a_queued_listen_without_room_stays_the_callers_to_close(void **state)
 {
 	(void)state;
 	struct perch_loop *loop = new_loop();
 	int fds = open_fds();
 	struct perch_listener *l = NULL;
-	assert_int_equal(perch_listen(loop, "127.0.0.1", 0, NULL, never_called, NULL, &l), 0);
-	assert_non_null(l);
-	int port = perch_listener_port(l);
-	assert_true(port > 0);
-	realloc_fails_in = 1;
-	assert_true(perch_loop_run_once(loop, 0) >= 0); /* the posted listen runs here */
-	assert_int_equal(realloc_fails_in, 0);
-	assert_false(something_listens_on(port));
-	assert_int_equal(perch_listener_port(l), port);
+	int had = listen_dropped_at_the_next_turn(loop, &l);
+	int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC); /* the lowest free number: often `had` itself */
+	assert_true(null_fd >= 0);
+	if (null_fd != had) {
+		assert_int_equal(dup2(null_fd, had), had);
+		close(null_fd);
+	}
 	assert_int_equal(perch_listener_close(l), 0);
 	assert_true(perch_loop_run_once(loop, 0) >= 0);
+	assert_true(fcntl(had, F_GETFD) >= 0);
+	close(had);
+	assert_int_equal(open_fds(), fds);
+	perch_loop_free(loop);
+}
+
+/* A listener dropped for want of room and never closed is freed with its loop (ASan: no leak). */
+static void a_dropped_listener_never_closed_is_freed_with_the_loop(void **state)
+{
+	(void)state;
+	struct perch_loop *loop = new_loop();
+	int fds = open_fds();
+	struct perch_listener *l = NULL;
+	listen_dropped_at_the_next_turn(loop, &l);
+	perch_loop_free(loop);
+	assert_true(open_fds() < fds);
+}
+
+static void close_listener(void *arg)
+{
+	perch_listener_close(*(struct perch_listener **)arg);
+}
+
+/*
+ * A listener closed inside a turn before its queued insert has run (the
+ * close was posted first, the listen queued after it): the close leaves
+ * the freeing to the insert, which finds it closing and frees it without
+ * listening (ASan: no use after free).
+ */
+static void a_listener_closed_before_its_queued_insert_is_freed_by_it(void **state)
+{
+	(void)state;
+	struct perch_loop *loop = new_loop();
+	int fds = open_fds();
+	struct perch_listener *l = NULL;
+	assert_int_equal(perch_loop_post(loop, close_listener, &l), 0);
+	assert_int_equal(perch_listen(loop, "127.0.0.1", 0, NULL, never_called, NULL, &l), 0);
+	int port = perch_listener_port(l);
+	assert_true(perch_loop_run_once(loop, 0) >= 0);
+	assert_false(something_listens_on(port));
 	assert_int_equal(open_fds(), fds);
 	perch_loop_free(loop);
 }
@@ -141,8 +209,10 @@ static void a_posted_listen_without_room_stays_the_callers_to_close(void **state
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(a_listen_on_the_loop_thread_without_room_returns_enomem),
-		cmocka_unit_test(a_posted_listen_without_room_stays_the_callers_to_close),
+		cmocka_unit_test(a_listen_inside_a_turn_without_room_returns_enomem),
+		cmocka_unit_test(a_queued_listen_without_room_stays_the_callers_to_close),
+		cmocka_unit_test(a_dropped_listener_never_closed_is_freed_with_the_loop),
+		cmocka_unit_test(a_listener_closed_before_its_queued_insert_is_freed_by_it),
 	};
 	return RUN_ON_BOTH_BACKENDS("listen out of memory", tests, backend);
 }

@@ -145,7 +145,11 @@ PERCH_API int perch_loop_stop(struct perch_loop *loop);
  */
 PERCH_API int perch_loop_post(struct perch_loop *loop, perch_loop_fn fn, void *arg);
 
-/* True when called on the thread running `loop`. */
+/*
+ * True inside one of `loop`'s turns on the thread running it: in its
+ * callbacks, posted functions and timers (and during perch_loop_free's
+ * last turns). False between turns, even on the loop's own thread.
+ */
 PERCH_API bool perch_loop_is_current(const struct perch_loop *loop);
 
 /*
@@ -175,12 +179,14 @@ PERCH_API void perch_loop_free(struct perch_loop *loop);
  * backlog. Failures are logged on stderr, at most a line every 10 s. Returns 0 with *out set (valid until perch_listener_close);
  * -EINVAL for a bad argument (NULL loop/on_accept/out, a host that is not
  * a numeric address, a port outside 0..65535, bad opts); bind's or
- * listen's error (-EADDRINUSE, ...); -ENOMEM, *out untouched. Called on the
- * loop's thread, the listener is in the loop when the call returns, so a
- * loop with no room for it is -ENOMEM too. From another thread the call
- * returns first: should the loop then have no room, that is logged, the
- * socket is closed and nothing is accepted, but *out stays valid until
- * perch_listener_close.
+ * listen's error (-EADDRINUSE, ...); -ENOMEM, *out untouched. Called inside
+ * one of the loop's turns (perch_loop_is_current), the listener is in the
+ * loop when the call returns, so a loop with no room for it is -ENOMEM
+ * too. Called outside them (another thread, or the loop's own between
+ * turns) the insert is queued for the next turn: should the loop then have
+ * no room, that is logged on stderr, the socket is closed and nothing is
+ * accepted, but *out stays valid until perch_listener_close (or
+ * perch_loop_free, which frees every listener not closed).
  */
 PERCH_API int perch_listen(struct perch_loop *loop, const char *host, int port,
 			   const struct perch_conn_opts *opts, perch_accept_fn on_accept,
