@@ -969,9 +969,12 @@ int perch_connect(struct perch_loop *loop, const char *host, int port,
 	return 0;
 }
 
-/* Puts a listener in the loop's table and starts accepting: 0 or -ENOMEM. */
+/* Puts a listener in the loop's table and starts accepting: 0, -ENOMEM, or -ECANCELED while the loop is freed. */
 static int listener_insert(struct perch_loop *loop, struct perch__sock *ls)
 {
+	/* Run by perch_loop_free's last drain (as connect_start is): nothing would ever close it. */
+	if (loop->freeing)
+		return -ECANCELED;
 	int rc = table_insert(loop, ls);
 	if (rc == 0)
 		loop->be->accept(ls);
@@ -979,9 +982,10 @@ static int listener_insert(struct perch_loop *loop, struct perch__sock *ls)
 }
 
 /*
- * A listen posted from another thread, whose caller already holds the
- * listener. Out of memory here, its socket is closed (nothing would accept
- * on it) but the struct stays the caller's until perch_listener_close.
+ * A listen queued from outside the loop's turns, whose caller already
+ * holds the listener. If the insert fails (no room, or the loop is being
+ * freed) its socket is closed (nothing would accept on it) and the struct
+ * waits on loop->dropped for perch_listener_close or the loop's free.
  */
 static void run_posted_listen(struct perch_loop *loop, struct perch__msg *m)
 {
@@ -993,8 +997,10 @@ static void run_posted_listen(struct perch_loop *loop, struct perch__msg *m)
 		free(ls);
 		return;
 	}
-	if (listener_insert(loop, ls) != 0) {
-		fprintf(stderr, "perch: listener on port %d dropped: out of memory\n", ls->port);
+	int rc = listener_insert(loop, ls);
+	if (rc != 0) {
+		fprintf(stderr, "perch: listener on port %d dropped: %s\n", ls->port,
+			rc == -ECANCELED ? "the loop is being freed" : "out of memory");
 		close(ls->fd);
 		ls->fd = -1;
 		ls->dropped_next = loop->dropped;
@@ -1060,9 +1066,10 @@ int perch_listen(struct perch_loop *loop, const char *host, int port,
 		*out = l;
 		return 0;
 	}
-	*out = l;
+	/* Marked before *out is: a loop thread that sees l (through the caller's own handoff) sees it pending. */
 	ls->listen_pending = true;
 	ls->listen_msg.run = run_posted_listen;
+	*out = l;
 	inbox_push(loop, &ls->listen_msg);
 	return 0;
 }

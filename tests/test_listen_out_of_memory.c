@@ -114,13 +114,6 @@ static void a_listen_inside_a_turn_without_room_returns_enomem(void **state)
 }
 
 /*
- * From another thread, perch_listen returns before the loop inserts the
- * listener, with *out set. When the insert then fails, the socket is
- * closed (nothing would accept on it) and the listener stays the caller's
- * until perch_listener_close, which frees it (ASan: no use after free, no
- * leak).
- */
-/*
  * A listen made outside the loop's turns, so queued for the next one,
  * whose insert there finds no room. Returns the fd it had (closed now).
  */
@@ -168,16 +161,76 @@ static void a_queued_listen_without_room_stays_the_callers_to_close(void **state
 	perch_loop_free(loop);
 }
 
-/* A listener dropped for want of room and never closed is freed with its loop (ASan: no leak). */
+/*
+ * A listener dropped for want of room and never closed is freed with its
+ * loop: what this proves is LeakSanitizer's (the ASan build), as the fd
+ * was closed at the drop.
+ */
 static void a_dropped_listener_never_closed_is_freed_with_the_loop(void **state)
+{
+	(void)state;
+	struct perch_loop *loop = new_loop();
+	struct perch_listener *l = NULL;
+	listen_dropped_at_the_next_turn(loop, &l);
+	perch_loop_free(loop);
+}
+
+/*
+ * A listen queued before the loop is freed is run by the free's own drain,
+ * which drops it (nothing would close it after): its socket is closed and
+ * the free frees it (LeakSanitizer, the ASan build, for the struct).
+ */
+static void a_listen_queued_before_the_loops_free_is_freed_with_it(void **state)
 {
 	(void)state;
 	struct perch_loop *loop = new_loop();
 	int fds = open_fds();
 	struct perch_listener *l = NULL;
-	listen_dropped_at_the_next_turn(loop, &l);
+	assert_int_equal(perch_listen(loop, "127.0.0.1", 0, NULL, never_called, NULL, &l), 0);
+	int port = perch_listener_port(l);
+	assert_int_equal(open_fds(), fds + 1);
 	perch_loop_free(loop);
-	assert_true(open_fds() < fds);
+	assert_false(something_listens_on(port));
+}
+
+struct freeing_listen {
+	struct perch_loop *loop;
+	struct perch_listener *l;
+	int rc;
+	bool ran;
+};
+
+static void listen_inside_the_frees_last_turn(void *arg)
+{
+	struct freeing_listen *fl = arg;
+	fl->rc = perch_listen(fl->loop, "127.0.0.1", 0, NULL, never_called, NULL, &fl->l);
+	fl->ran = true;
+}
+
+static void post_the_listen(void *arg)
+{
+	struct freeing_listen *fl = arg;
+	assert_int_equal(perch_loop_post(fl->loop, listen_inside_the_frees_last_turn, fl), 0);
+}
+
+/*
+ * A listen made inside perch_loop_free's last turn (a post the free's first
+ * drain made runs in its last one, after every socket was closed) would
+ * be left listening with nothing to close it: it is refused, -ECANCELED,
+ * as a connect there is, with nothing left open.
+ */
+static void a_listen_inside_the_loops_free_is_refused_with_ecanceled(void **state)
+{
+	(void)state;
+	struct perch_loop *loop = new_loop();
+	struct freeing_listen fl = { .loop = loop };
+	assert_int_equal(perch_loop_post(loop, post_the_listen, &fl), 0);
+	int fds = open_fds();
+	perch_loop_free(loop);
+	assert_true(fl.ran);
+	assert_int_equal(fl.rc, -ECANCELED);
+	assert_null(fl.l);
+	assert_true(open_fds() < fds); /* the loop's own fds went, and no listener's stayed */
 }
 
 static void close_listener(void *arg)
@@ -212,6 +265,8 @@ int main(void)
 		cmocka_unit_test(a_listen_inside_a_turn_without_room_returns_enomem),
 		cmocka_unit_test(a_queued_listen_without_room_stays_the_callers_to_close),
 		cmocka_unit_test(a_dropped_listener_never_closed_is_freed_with_the_loop),
+		cmocka_unit_test(a_listen_queued_before_the_loops_free_is_freed_with_it),
+		cmocka_unit_test(a_listen_inside_the_loops_free_is_refused_with_ecanceled),
 		cmocka_unit_test(a_listener_closed_before_its_queued_insert_is_freed_by_it),
 	};
 	return RUN_ON_BOTH_BACKENDS("listen out of memory", tests, backend);

@@ -182,10 +182,11 @@ PERCH_API void perch_loop_free(struct perch_loop *loop);
  * listen's error (-EADDRINUSE, ...); -ENOMEM, *out untouched. Called inside
  * one of the loop's turns (perch_loop_is_current), the listener is in the
  * loop when the call returns, so a loop with no room for it is -ENOMEM
- * too. Called outside them (another thread, or the loop's own between
- * turns) the insert is queued for the next turn: should the loop then have
- * no room, that is logged on stderr, the socket is closed and nothing is
- * accepted, but *out stays valid until perch_listener_close (or
+ * too, and -ECANCELED inside perch_loop_free's last turns. Called outside
+ * them (another thread, or the loop's own between turns) the insert is
+ * queued for the next turn: should the loop then have no room (or be
+ * freed first), that is logged on stderr, the socket is closed and
+ * nothing is accepted, but *out stays valid until perch_listener_close (or
  * perch_loop_free, which frees every listener not closed).
  */
 PERCH_API int perch_listen(struct perch_loop *loop, const char *host, int port,
