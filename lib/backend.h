@@ -81,7 +81,7 @@ struct perch__sock {
 	struct perch__sock *accept_paused_next;
 	struct perch__msg listen_msg;
 	bool listen_pending;         /* its insert is posted and has not run: a close leaves the free to it */
-	struct perch__sock *dropped_next; /* on loop->dropped: the table had no room for it */
+	struct perch__sock *dropped_next; /* on loop->dropped: never inserted */
 
 	/* ---- the backend's per-socket state ---- */
 	uint32_t bk_inflight;        /* uring: operations whose last completion has not come */
@@ -182,7 +182,7 @@ struct perch_loop {
 	struct perch__txbuf *txbuf_pool; /* spent staging buffers, lent to the next writes */
 	uint32_t txbuf_pooled;       /* at most PERCH__TXBUF_POOL_MAX */
 	struct perch__sock *accept_paused; /* listeners out of fds, resumed when a socket closes */
-	struct perch__sock *dropped;  /* listeners the table had no room for: freed by their close or the loop's free */
+	struct perch__sock *dropped;  /* listeners never inserted (no room, or the loop being freed): freed by their close or the loop's free */
 	struct perch_timer accept_retry;   /* armed while any is paused: resumes them all once it fires */
 	/* armed timers (timed connects too): a list per duration, [DURATIONS] for the rest */
 	struct perch__timer_list timers[PERCH__TIMER_DURATIONS + 1];

@@ -398,7 +398,7 @@ static int turn_timeout(struct perch_loop *loop, int timeout_ms)
 	return timeout_ms < 0 || ms < timeout_ms ? ms : timeout_ms;
 }
 
-/* Takes a listener off loop->dropped, if the table had no room for it. */
+/* Takes a listener off loop->dropped, if it was never inserted. */
 static void undrop(struct perch_loop *loop, struct perch__sock *ls)
 {
 	for (struct perch__sock **p = &loop->dropped; *p; p = &(*p)->dropped_next) {
@@ -1314,7 +1314,7 @@ void perch_loop_free(struct perch_loop *loop)
 	if (loop->live > 0)
 		fprintf(stderr, "perch: loop freed with %u sockets still in flight%s\n", loop->live,
 			owner ? "" : " (perch_loop_free called off the loop's thread)");
-	/* Listeners the table had no room for, never closed: nothing is in flight for them. */
+	/* Listeners never inserted (no room, or queued when the free began) and never closed: nothing is in flight for them. */
 	while (loop->dropped) {
 		struct perch__sock *ls = loop->dropped;
 		loop->dropped = ls->dropped_next;
