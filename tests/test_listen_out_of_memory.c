@@ -69,11 +69,12 @@ static bool something_listens_on(int port)
 	return ok;
 }
 
+/* A perch_listen made inside one of the loop's turns (posted), its table's growth failed if fail_table. */
 struct listen_call {
 	struct perch_loop *loop;
 	struct perch_listener *l;
 	int rc;
-	bool fail_table;
+	bool fail_table, ran;
 };
 
 static void listen_on_the_loop(void *arg)
@@ -82,6 +83,7 @@ static void listen_on_the_loop(void *arg)
 	realloc_fails_in = call->fail_table ? 1 : 0;
 	call->rc = perch_listen(call->loop, "127.0.0.1", 0, NULL, never_called, NULL, &call->l);
 	realloc_fails_in = 0;
+	call->ran = true;
 }
 
 /*
@@ -193,24 +195,11 @@ static void a_listen_queued_before_the_loops_free_is_freed_with_it(void **state)
 	assert_false(something_listens_on(port));
 }
 
-struct freeing_listen {
-	struct perch_loop *loop;
-	struct perch_listener *l;
-	int rc;
-	bool ran;
-};
-
-static void listen_inside_the_frees_last_turn(void *arg)
-{
-	struct freeing_listen *fl = arg;
-	fl->rc = perch_listen(fl->loop, "127.0.0.1", 0, NULL, never_called, NULL, &fl->l);
-	fl->ran = true;
-}
-
+/* Posts the listen from inside a turn: it runs in the loop's next drain. */
 static void post_the_listen(void *arg)
 {
-	struct freeing_listen *fl = arg;
-	assert_int_equal(perch_loop_post(fl->loop, listen_inside_the_frees_last_turn, fl), 0);
+	struct listen_call *call = arg;
+	assert_int_equal(perch_loop_post(call->loop, listen_on_the_loop, call), 0);
 }
 
 /*
@@ -223,13 +212,13 @@ static void a_listen_inside_the_loops_free_is_refused_with_ecanceled(void **stat
 {
 	(void)state;
 	struct perch_loop *loop = new_loop();
-	struct freeing_listen fl = { .loop = loop };
-	assert_int_equal(perch_loop_post(loop, post_the_listen, &fl), 0);
+	struct listen_call call = { .loop = loop };
+	assert_int_equal(perch_loop_post(loop, post_the_listen, &call), 0);
 	int fds = open_fds();
 	perch_loop_free(loop);
-	assert_true(fl.ran);
-	assert_int_equal(fl.rc, -ECANCELED);
-	assert_null(fl.l);
+	assert_true(call.ran);
+	assert_int_equal(call.rc, -ECANCELED);
+	assert_null(call.l);
 	assert_true(open_fds() < fds); /* the loop's own fds went, and no listener's stayed */
 }
 
