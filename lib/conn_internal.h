@@ -199,8 +199,19 @@ int perch__conn_discard(struct perch_conn *c);
 /* A completion with nothing new, as when two completions target one park (tests use it). */
 void perch__conn_wake_reader(struct perch_conn *c);
 
-/* References held by in-flight backend work. */
-void perch__conn_ref(struct perch_conn *c);
-void perch__conn_unref(struct perch_conn *c);
+/* Frees the connection once its last reference is gone (lib/conn.c). */
+void perch__conn_destroy(struct perch_conn *c);
+
+/* References held by in-flight backend work. Inline: every send takes and drops one. */
+static inline void perch__conn_ref(struct perch_conn *c)
+{
+	perch__faa_u32(&c->refs, 1);
+}
+
+static inline void perch__conn_unref(struct perch_conn *c)
+{
+	if (perch__faa_u32(&c->refs, (uint32_t)-1) == 1)
+		perch__conn_destroy(c);
+}
 
 #endif /* PERCH_LIB_CONN_INTERNAL_H */
