@@ -6,6 +6,7 @@
 
 #include "atomic.h"
 #include "conn_internal.h"
+#include "invariant.h"
 
 /* ---- state ---- */
 
@@ -71,7 +72,9 @@ static inline bool perch__slot_claim_to_recheck(struct perch_conn *c)
  */
 static inline void perch__slot_release(struct perch_conn *c)
 {
-	perch__xchg_uptr(&c->read_waiter, PERCH__SLOT_EMPTY);
+	uintptr_t was = perch__xchg_uptr(&c->read_waiter, PERCH__SLOT_EMPTY);
+	PERCH_ASSERT(was == PERCH__SLOT_CLAIM || was == PERCH__SLOT_CLAIM_MARKED);
+	(void)was;
 }
 
 /* ---- the received-segment fifo: the backend enqueues, the claim holder dequeues ---- */

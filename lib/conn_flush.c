@@ -21,6 +21,7 @@ void perch__flush_complete(struct perch_conn *c, int result)
 	if (perch__xchg_u32(&c->flush_armed, 0) == 0)
 		return;
 	struct perch_flush_listener *l = perch__xchg_ptr(&c->flush_listener, NULL);
+	PERCH_ASSERT(l != NULL); /* stored before the arm that this disarm took */
 	uint64_t cookie = c->flush_cookie; /* before the guard lets a new flush store its own */
 	void (*done)(struct perch_flush_listener *, struct perch_conn *, uint64_t, int) =
 		l->on_flush_done;
@@ -92,7 +93,9 @@ int perch__conn_park_flush(struct perch_conn *c, struct perch_flush_listener *li
 	/* 4. Ready, store the listener, then the arm that publishes it: an exchange, fenced before the re-check of `closed`. */
 	c->flush_cookie = *cookie_out = listener->on_parking(listener, c);
 	perch__store_ptr(&c->flush_listener, listener);
-	perch__xchg_u32(&c->flush_armed, 1);
+	uint32_t was_armed = perch__xchg_u32(&c->flush_armed, 1);
+	PERCH_ASSERT(was_armed == 0); /* under the guard, the last completion disarmed */
+	(void)was_armed;
 	perch__fence_rmw_then_load();
 	if (perch__tx_is_closed(c))
 		return flush_closed_while_arming(c, chain);

@@ -9,6 +9,7 @@
 #include <perch/conn.h>
 
 #include "atomic.h"
+#include "invariant.h"
 
 /*
  * Staged outbound bytes: a chain owned by the writer until flush hands it
@@ -210,7 +211,9 @@ static inline void perch__conn_ref(struct perch_conn *c)
 
 static inline void perch__conn_unref(struct perch_conn *c)
 {
-	if (perch__faa_u32(&c->refs, (uint32_t)-1) == 1)
+	uint32_t had = perch__faa_u32(&c->refs, (uint32_t)-1);
+	PERCH_ASSERT(had > 0);
+	if (had == 1)
 		perch__conn_destroy(c);
 }
 

@@ -29,6 +29,7 @@ static void fill_result(struct perch_conn *c, struct perch_read_result *out)
 	perch__read_drain_fifo(c);
 	out->first = c->rd_head;
 	out->first_off = c->rd_head_off;
+	PERCH_ASSERT(c->rd_drained >= c->rd_consumed);
 	out->len = (size_t)(c->rd_drained - c->rd_consumed);
 	out->completed = (flags & PERCH__RX_PEER_FIN) != 0;
 	out->error = (flags & PERCH__RX_ERROR) ? perch__load_u32((uint32_t *)&c->rx_error) : 0;
@@ -70,7 +71,9 @@ int perch__conn_park_read(struct perch_conn *c, struct perch_recv_listener *list
 		 * can mark this one with nothing new. So clear the mark and look
 		 * again: serve what is there, or publish again.
 		 */
-		perch__xchg_uptr(&c->read_waiter, PERCH__SLOT_CLAIM);
+		uintptr_t was = perch__xchg_uptr(&c->read_waiter, PERCH__SLOT_CLAIM);
+		PERCH_ASSERT(was == PERCH__SLOT_CLAIM_MARKED); /* only a completion's mark replaces a claim */
+		(void)was;
 		perch__fence_rmw_then_load();
 		if (perch__conn_read_ready(c))
 			return serve_claimed(c, out);
@@ -89,6 +92,8 @@ void perch__read_wake(struct perch_conn *c)
 	perch__fence_rmw_then_load();
 	for (;;) {
 		uintptr_t w = perch__load_uptr(&c->read_waiter);
+		/* One of the four marks, or a parked listener (aligned, so never one of them). */
+		PERCH_ASSERT(w <= PERCH__SLOT_DELIVERING || w % _Alignof(struct perch_recv_listener) == 0);
 		/* DELIVERING: the side handing the park over delivers after our state was published. */
 		if (w == PERCH__SLOT_EMPTY || w == PERCH__SLOT_CLAIM_MARKED || w == PERCH__SLOT_DELIVERING)
 			return;
@@ -110,7 +115,9 @@ void perch__read_wake(struct perch_conn *c)
 			uint64_t cookie = c->read_cookie;
 			void (*ready)(struct perch_recv_listener *, struct perch_conn *, uint64_t) =
 				l->on_recv_ready;
-			perch__xchg_uptr(&c->read_waiter, PERCH__SLOT_EMPTY);
+			uintptr_t was = perch__xchg_uptr(&c->read_waiter, PERCH__SLOT_EMPTY);
+			PERCH_ASSERT(was == PERCH__SLOT_DELIVERING); /* nobody else writes a slot being delivered */
+			(void)was;
 			ready(l, c, cookie);
 		}
 		return;
@@ -162,6 +169,7 @@ void perch__conn_wake_reader(struct perch_conn *c)
  */
 static struct perch_seg *consume_bytes(struct perch_conn *c, uint64_t n)
 {
+	PERCH_ASSERT(n <= c->rd_drained - c->rd_consumed); /* never more than was drained */
 	struct perch_seg *done = NULL, **tail = &done;
 	while (n > 0 && c->rd_head) {
 		struct perch_seg *seg = c->rd_head;
