@@ -83,21 +83,24 @@ struct perch__sock {
 	bool listen_pending;         /* its insert is posted and has not run: a close leaves the free to it */
 	struct perch__sock *dropped_next; /* on loop->dropped: never inserted */
 
-	/* ---- the backend's per-socket state ---- */
-	uint32_t bk_inflight;        /* uring: operations whose last completion has not come */
-	uint32_t bk_flags;
-	struct perch__sock *bk_next; /* the backend's wait list (ENOBUFS) */
-	struct msghdr bk_msg;
-	struct iovec bk_iov[PERCH__TX_IOV];
-	uint32_t bk_events;          /* epoll: the interest the kernel has for the fd */
-	uint32_t bk_pend;            /* epoll: completions to report at the end of the turn */
-	int bk_res;                  /* epoll: the pending connect's or send's result */
-	struct perch__sock *bk_pend_next;
+	/* ---- a connection waiting for a receive buffer (perch__park; backends use it) ---- */
+	bool parked;
+	struct perch__sock *park_next;
+	/* the backend's own state follows the socket: perch__sock_be */
 };
 
 struct perch_listener {
 	struct perch__sock sk;
 };
+
+_Static_assert(sizeof(struct perch_listener) == sizeof(struct perch__sock),
+	       "a listener's backend state follows its socket as a connection's does");
+
+/* The backend's per-socket state (backend->sock_size bytes), right after the socket. */
+static inline void *perch__sock_be(struct perch__sock *s)
+{
+	return s + 1;
+}
 
 /*
  * The backend interface, Redis ae style: the loop calls these, a backend
@@ -106,6 +109,7 @@ struct perch_listener {
  */
 struct perch__backend {
 	const char *name;
+	size_t sock_size;            /* its state for each socket (perch__sock_be) */
 	/*
 	 * Sets loop->be_state; watches loop->wake_fd (readable: perch__loop_woken).
 	 * Returns 0 or -errno; when the kernel refused it, loop->be_refused_at
@@ -205,14 +209,14 @@ struct perch_loop {
 
 /* ---- loop services for backends (loop thread) ---- */
 
-/* Connections waiting for a receive buffer, first parked first served (linked through bk_next). */
+/* Connections waiting for a receive buffer, first parked first served. */
 struct perch__park_list {
 	struct perch__sock *head, *tail;
 };
-/* Appends s at the tail. */
-void perch__park_push(struct perch__park_list *l, struct perch__sock *s);
-/* Takes s out wherever it is; false when it was not on the list. */
-bool perch__park_remove(struct perch__park_list *l, struct perch__sock *s);
+/* Appends s (not parked) at the tail and marks it parked. */
+void perch__park(struct perch__park_list *l, struct perch__sock *s);
+/* Takes s out wherever it is, if parked; false when it was not. */
+bool perch__unpark(struct perch__park_list *l, struct perch__sock *s);
 
 /* The socket at slot/gen, or NULL when that generation has left the table. */
 struct perch__sock *perch__loop_sock(struct perch_loop *loop, uint32_t slot, uint32_t gen);

@@ -15,16 +15,31 @@
 #define WAKE_TAG UINT64_MAX
 #define TAG(s) (((uint64_t)(s)->gen << 32) | (s)->slot)
 
-/* bk_flags */
+/* esock.flags */
 #define F_ADDED      1u   /* registered with the epoll fd */
 #define F_CONNECTING 2u   /* a connect waits for EPOLLOUT */
 #define F_SEND_WAIT  4u   /* a send met EAGAIN and waits for EPOLLOUT */
-#define F_PARKED     8u   /* no free buffer: waits on the park list */
 
-/* bk_pend: completions reported at the end of the turn, never inside the call that started them */
+/* esock.pend: completions reported at the end of the turn, never inside the call that started them */
 #define P_CONNECTED 1u
 #define P_SENT      2u
 #define P_CLOSE     4u
+
+/* This backend's state for one socket, kept after the loop's (perch__sock_be). */
+struct esock {
+	uint32_t flags;              /* F_* */
+	uint32_t events;             /* the interest the kernel has for the fd */
+	uint32_t pend;               /* P_*: completions to report at the end of the turn */
+	int res;                     /* the pending connect's or send's result */
+	struct perch__sock *pend_next;
+	struct msghdr msg;
+	struct iovec iov[PERCH__TX_IOV];
+};
+
+static struct esock *es_of(struct perch__sock *s)
+{
+	return perch__sock_be(s);
+}
 
 struct ep {
 	int epfd;
@@ -34,7 +49,7 @@ struct ep {
 	uint32_t *free_ids;          /* a stack: the buffer used last is reused first (warm) */
 	uint32_t nfree, nbufs, buf_size;
 	struct perch__park_list parked; /* no buffer: first parked, first served */
-	struct perch__sock *pend_head, *pend_tail; /* sockets with bk_pend set, in order */
+	struct perch__sock *pend_head, *pend_tail; /* sockets with esock.pend set, in order */
 	struct epoll_event events[MAX_EVENTS];
 };
 
@@ -48,7 +63,7 @@ static struct ep *ep_of(struct perch_loop *loop)
 /* Whether the connection reads now: recv wanted (not paused, ended, closing) and not parked. */
 static bool reading(const struct perch__sock *s)
 {
-	return perch__loop_recv_wanted(s) && !(s->bk_flags & F_PARKED);
+	return perch__loop_recv_wanted(s) && !s->parked;
 }
 
 /*
@@ -56,16 +71,16 @@ static bool reading(const struct perch__sock *s)
  * into a storm; EPOLLIN is held only while the connection reads, EPOLLOUT
  * only while a connect or a blocked send waits.
  */
-static uint32_t interest(const struct perch__sock *s)
+static uint32_t interest(struct perch__sock *s)
 {
 	if (s->kind == PERCH__SOCK_LISTENER) /* level-triggered: a batch of accepts per turn, the rest next turn */
 		return s->accept_paused ? 0 : EPOLLIN;
 	uint32_t ev = EPOLLET;
-	if (s->bk_flags & F_CONNECTING)
+	if (es_of(s)->flags & F_CONNECTING)
 		return ev | EPOLLOUT;
 	if (reading(s))
 		ev |= EPOLLIN | EPOLLRDHUP;
-	if (s->bk_flags & F_SEND_WAIT)
+	if (es_of(s)->flags & F_SEND_WAIT)
 		ev |= EPOLLOUT;
 	return ev;
 }
@@ -86,18 +101,18 @@ static int set_interest(struct ep *e, struct perch__sock *s)
 	if (s->closing)
 		return 0;
 	uint32_t want = interest(s);
-	if (!(s->bk_flags & F_ADDED)) {
+	if (!(es_of(s)->flags & F_ADDED)) {
 		int rc = ctl(e, EPOLL_CTL_ADD, s, want);
 		if (rc == 0) {
-			s->bk_flags |= F_ADDED;
-			s->bk_events = want;
+			es_of(s)->flags |= F_ADDED;
+			es_of(s)->events = want;
 		}
 		return rc;
 	}
-	if (want == s->bk_events)
+	if (want == es_of(s)->events)
 		return 0;
 	s->loop->stats.interest_changes++;
-	s->bk_events = want;
+	es_of(s)->events = want;
 	return ctl(e, EPOLL_CTL_MOD, s, want);
 }
 
@@ -109,23 +124,23 @@ static int set_interest(struct ep *e, struct perch__sock *s)
 static void rearm(struct ep *e, struct perch__sock *s)
 {
 	s->loop->stats.interest_changes++;
-	s->bk_events = interest(s);
-	ctl(e, EPOLL_CTL_MOD, s, s->bk_events);
+	es_of(s)->events = interest(s);
+	ctl(e, EPOLL_CTL_MOD, s, es_of(s)->events);
 }
 
 /* ================= pending completions ================= */
 
 static void pend(struct ep *e, struct perch__sock *s, uint32_t what)
 {
-	if (!s->bk_pend) {
-		s->bk_pend_next = NULL;
+	if (!es_of(s)->pend) {
+		es_of(s)->pend_next = NULL;
 		if (e->pend_tail)
-			e->pend_tail->bk_pend_next = s;
+			es_of(e->pend_tail)->pend_next = s;
 		else
 			e->pend_head = s;
 		e->pend_tail = s;
 	}
-	s->bk_pend |= what;
+	es_of(s)->pend |= what;
 }
 
 /* Reports what a closed socket still owes, closes its fd, and lets it leave the table. */
@@ -134,8 +149,8 @@ static void finalize(struct perch__sock *s)
 	if (s->kind == PERCH__SOCK_CONN) {
 		if (s->on_connected)
 			perch__loop_connected(s, -ECANCELED);
-		if (s->bk_flags & F_SEND_WAIT) {
-			s->bk_flags &= ~F_SEND_WAIT;
+		if (es_of(s)->flags & F_SEND_WAIT) {
+			es_of(s)->flags &= ~F_SEND_WAIT;
 			perch__loop_sent(s, -ECANCELED);
 		}
 	}
@@ -155,13 +170,13 @@ static int run_pending(struct ep *e)
 	int n = 0;
 	while (s) {
 		/* Read first: reporting may pend s again (relinking it) or free it. */
-		struct perch__sock *next = s->bk_pend_next;
-		uint32_t what = s->bk_pend;
-		s->bk_pend = 0;
+		struct perch__sock *next = es_of(s)->pend_next;
+		uint32_t what = es_of(s)->pend;
+		es_of(s)->pend = 0;
 		if (what & P_CONNECTED)
-			perch__loop_connected(s, s->bk_res);
+			perch__loop_connected(s, es_of(s)->res);
 		if (what & P_SENT)
-			perch__loop_sent(s, s->bk_res);
+			perch__loop_sent(s, es_of(s)->res);
 		if (what & P_CLOSE)
 			finalize(s);
 		s = next;
@@ -184,16 +199,9 @@ static void buf_put(struct ep *e, struct perch__rxseg *rs)
 
 static void park(struct ep *e, struct perch__sock *s)
 {
-	s->bk_flags |= F_PARKED;
-	perch__park_push(&e->parked, s);
+	perch__park(&e->parked, s);
 	s->loop->stats.enobufs_parks++;
 	set_interest(e, s); /* EPOLLIN off until a buffer is free for it */
-}
-
-static void unpark(struct ep *e, struct perch__sock *s)
-{
-	if (perch__park_remove(&e->parked, s))
-		s->bk_flags &= ~F_PARKED;
 }
 
 /*
@@ -206,7 +214,7 @@ static void serve_parked(struct ep *e)
 	uint32_t budget = e->nfree;
 	while (budget > 0 && e->parked.head) {
 		struct perch__sock *s = e->parked.head;
-		unpark(e, s);
+		perch__unpark(&e->parked, s);
 		if (reading(s)) {
 			set_interest(e, s);
 			budget--;
@@ -312,13 +320,13 @@ static void epoll_connect(struct perch__sock *s)
 		rc = -errno;
 	if (rc == 0) {
 		/* Writable (or an error) once the handshake ends. */
-		s->bk_flags |= F_CONNECTING;
+		es_of(s)->flags |= F_CONNECTING;
 		rc = set_interest(e, s);
 		if (rc != 0)
-			s->bk_flags &= ~F_CONNECTING;
+			es_of(s)->flags &= ~F_CONNECTING;
 	}
 	if (rc != 0) {
-		s->bk_res = rc;
+		es_of(s)->res = rc;
 		pend(e, s, P_CONNECTED);
 	}
 }
@@ -328,11 +336,11 @@ static void epoll_recv_arm(struct perch__sock *s)
 	struct ep *e = ep_of(s->loop);
 	if (s->closing)
 		return;
-	if (s->bk_flags & F_PARKED) {
+	if (s->parked) {
 		/* Parked, and (say) resumed from a pause: a free buffer that no one took is its to try. */
 		if (e->nfree == 0)
 			return;
-		unpark(e, s);
+		perch__unpark(&e->parked, s);
 	}
 	int rc = set_interest(e, s);
 	if (rc != 0)
@@ -348,13 +356,13 @@ static void epoll_recv_pause(struct perch__sock *s)
 /* One sendmsg of what is left: bytes taken or -errno (-EAGAIN: the socket is full). */
 static int try_send(struct perch__sock *s)
 {
-	int n = perch__loop_tx_iov(s, s->bk_iov, PERCH__TX_IOV);
-	memset(&s->bk_msg, 0, sizeof(s->bk_msg));
-	s->bk_msg.msg_iov = s->bk_iov;
-	s->bk_msg.msg_iovlen = (size_t)n;
+	int n = perch__loop_tx_iov(s, es_of(s)->iov, PERCH__TX_IOV);
+	memset(&es_of(s)->msg, 0, sizeof(es_of(s)->msg));
+	es_of(s)->msg.msg_iov = es_of(s)->iov;
+	es_of(s)->msg.msg_iovlen = (size_t)n;
 	ssize_t r;
 	do
-		r = sendmsg(s->fd, &s->bk_msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		r = sendmsg(s->fd, &es_of(s)->msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 	while (r < 0 && errno == EINTR);
 	return r < 0 ? -errno : (int)r;
 }
@@ -369,11 +377,11 @@ static void epoll_send(struct perch__sock *s)
 	struct ep *e = ep_of(s->loop);
 	int r = try_send(s);
 	if (r == -EAGAIN) {
-		s->bk_flags |= F_SEND_WAIT;
+		es_of(s)->flags |= F_SEND_WAIT;
 		set_interest(e, s);
 		return;
 	}
-	s->bk_res = r;
+	es_of(s)->res = r;
 	pend(e, s, P_SENT);
 }
 
@@ -381,11 +389,10 @@ static void epoll_send(struct perch__sock *s)
 static void epoll_close(struct perch__sock *s)
 {
 	struct ep *e = ep_of(s->loop);
-	if (s->bk_flags & F_PARKED)
-		unpark(e, s);
-	if (s->bk_flags & F_ADDED) {
+	perch__unpark(&e->parked, s);
+	if (es_of(s)->flags & F_ADDED) {
 		epoll_ctl(e->epfd, EPOLL_CTL_DEL, s->fd, NULL);
-		s->bk_flags &= ~F_ADDED;
+		es_of(s)->flags &= ~F_ADDED;
 	}
 	pend(e, s, P_CLOSE);
 }
@@ -415,7 +422,7 @@ static void on_connect_ready(struct perch__sock *s)
 	socklen_t len = sizeof(err);
 	if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
 		err = errno;
-	s->bk_flags &= ~F_CONNECTING;
+	es_of(s)->flags &= ~F_CONNECTING;
 	perch__loop_connected(s, -err);
 }
 
@@ -424,7 +431,7 @@ static void on_writable(struct perch__sock *s)
 	int r = try_send(s);
 	if (r == -EAGAIN)
 		return;
-	s->bk_flags &= ~F_SEND_WAIT;
+	es_of(s)->flags &= ~F_SEND_WAIT;
 	perch__loop_sent(s, r); /* a short send comes back to epoll_send */
 }
 
@@ -500,10 +507,10 @@ static void on_hangup(struct perch__sock *s, uint32_t ev)
 
 static void on_conn_ready(struct ep *e, struct perch__sock *s, uint32_t ev)
 {
-	if (s->bk_flags & F_CONNECTING) {
+	if (es_of(s)->flags & F_CONNECTING) {
 		on_connect_ready(s);
 	} else {
-		if ((s->bk_flags & F_SEND_WAIT) && (ev & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+		if ((es_of(s)->flags & F_SEND_WAIT) && (ev & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
 			on_writable(s);
 		if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
 			bool yielded = read_turn(e, s);
@@ -556,6 +563,7 @@ static int epoll_poll(struct perch_loop *loop, int timeout_ms)
 
 const struct perch__backend perch__epoll_backend = {
 	.name = "epoll",
+	.sock_size = sizeof(struct esock),
 	.init = epoll_init,
 	.destroy = epoll_destroy,
 	.poll = epoll_poll,

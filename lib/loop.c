@@ -16,6 +16,7 @@
 
 #include "atomic.h"
 #include "backend.h"
+#include "invariant.h"
 
 #define DEFAULT_PAUSE_BYTES (256u * 1024)
 #define DEFAULT_READ_BUDGET (64u * 1024)   /* epoll: bytes per connection per turn */
@@ -267,29 +268,33 @@ struct perch__sock *perch__loop_sock(struct perch_loop *loop, uint32_t slot, uin
 	return loop->table[slot];
 }
 
-void perch__park_push(struct perch__park_list *l, struct perch__sock *s)
+void perch__park(struct perch__park_list *l, struct perch__sock *s)
 {
-	s->bk_next = NULL;
+	PERCH_ASSERT(!s->parked);
+	s->parked = true;
+	s->park_next = NULL;
 	if (l->tail)
-		l->tail->bk_next = s;
+		l->tail->park_next = s;
 	else
 		l->head = s;
 	l->tail = s;
 }
 
-bool perch__park_remove(struct perch__park_list *l, struct perch__sock *s)
+bool perch__unpark(struct perch__park_list *l, struct perch__sock *s)
 {
-	struct perch__sock **pp = &l->head, *prev = NULL;
-	while (*pp && *pp != s) {
-		prev = *pp;
-		pp = &(*pp)->bk_next;
-	}
-	if (!*pp)
+	if (!s->parked)
 		return false;
-	*pp = s->bk_next;
+	struct perch__sock **pp = &l->head, *prev = NULL;
+	while (*pp != s) {
+		PERCH_ASSERT(*pp != NULL); /* a parked socket is on its list */
+		prev = *pp;
+		pp = &(*pp)->park_next;
+	}
+	*pp = s->park_next;
 	if (l->tail == s)
 		l->tail = prev;
-	s->bk_next = NULL;
+	s->park_next = NULL;
+	s->parked = false;
 	return true;
 }
 
@@ -316,7 +321,7 @@ static int resolve_opts(const struct perch_conn_opts *in, struct perch_conn_opts
 static struct perch__sock *conn_sock_new(struct perch_loop *loop, int fd,
 					 const struct perch_conn_opts *opts)
 {
-	struct perch__sock *s = calloc(1, sizeof(*s));
+	struct perch__sock *s = calloc(1, sizeof(*s) + loop->be->sock_size);
 	if (!s)
 		return NULL;
 	s->loop = loop;
@@ -1041,7 +1046,7 @@ int perch_listen(struct perch_loop *loop, const char *host, int port,
 	if (!loop || !on_accept || !out || parse_addr(host, port, &ss, &len) != 0 ||
 	    resolve_opts(opts, &o) != 0)
 		return -EINVAL;
-	struct perch_listener *l = calloc(1, sizeof(*l));
+	struct perch_listener *l = calloc(1, sizeof(*l) + loop->be->sock_size);
 	if (!l)
 		return -ENOMEM;
 	struct perch__sock *ls = &l->sk;

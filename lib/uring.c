@@ -1,7 +1,6 @@
 /* lib/uring.c: the io_uring backend: turns CQEs into the loop's perch__loop_* calls, nothing more. */
 #include "config.h"
 
-#include <assert.h>
 #include <errno.h>
 #include <liburing.h>
 #include <stdlib.h>
@@ -11,6 +10,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "invariant.h"
 
 #define BGID 0                 /* one buffer group per ring, so per loop */
 #define CQE_BATCH 64
@@ -26,12 +26,24 @@ enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL,
 #define UD_GEN(ud) ((uint32_t)((ud) >> 32) & 0xffffff)
 #define UD_SLOT(ud) ((uint32_t)(ud))
 
-/* bk_flags */
+/* usock.flags */
 #define F_RECV        1u   /* a recv is in flight */
 #define F_RECV_MS     2u   /* ... and it is multishot */
 #define F_RECV_CANCEL 4u   /* a pause's cancel for it is in flight */
-#define F_PARKED      8u   /* ENOBUFS: waits on the park list for buffers */
-#define F_ACCEPT     16u   /* a listener's multishot accept is in flight */
+#define F_ACCEPT      8u   /* a listener's multishot accept is in flight */
+
+/* This backend's state for one socket, kept after the loop's (perch__sock_be). */
+struct usock {
+	uint32_t inflight;           /* operations whose last completion has not come */
+	uint32_t flags;              /* F_* */
+	struct msghdr msg;           /* a send of several buffers */
+	struct iovec iov[PERCH__TX_IOV];
+};
+
+static struct usock *us_of(struct perch__sock *s)
+{
+	return perch__sock_be(s);
+}
 
 struct uring {
 	struct io_uring ring;
@@ -333,18 +345,6 @@ static int uring_init(struct perch_loop *loop, const struct perch_loop_opts *opt
 
 /* ================= buffers and the ENOBUFS park list ================= */
 
-static void park(struct uring *u, struct perch__sock *s)
-{
-	s->bk_flags |= F_PARKED;
-	perch__park_push(&u->parked, s);
-}
-
-static void unpark(struct uring *u, struct perch__sock *s)
-{
-	if (perch__park_remove(&u->parked, s))
-		s->bk_flags &= ~F_PARKED;
-}
-
 static void uring_recv_arm(struct perch__sock *s);
 
 /*
@@ -364,12 +364,12 @@ static void serve_parked(struct uring *u)
 		struct perch__sock *s = u->parked.head;
 		/* Paused, ended or closing: it waits for nothing here (a resume arms it), and grows nothing. */
 		if (!perch__loop_recv_wanted(s)) {
-			unpark(u, s);
+			perch__unpark(&u->parked, s);
 			continue;
 		}
 		if (budget == 0 && (budget = ring_grow(u)) == 0)
 			return; /* every buffer is taken: a return serves the list again */
-		unpark(u, s);
+		perch__unpark(&u->parked, s);
 		uring_recv_arm(s);
 		budget--;
 	}
@@ -378,7 +378,7 @@ static void serve_parked(struct uring *u)
 /* A buffer back from the kernel or a reader: on top of the spare stack, into the ring if it is short. */
 static void buf_return(struct uring *u, uint32_t bid)
 {
-	assert(u->nspare < u->nbufs); /* each buffer is in the ring, a reader's or spare: a double return is a bug */
+	PERCH_ASSERT(u->nspare < u->nbufs); /* each buffer is in the ring, a reader's or spare: never returned twice */
 	u->spare[u->nspare++] = bid;
 	ring_refill(u);
 }
@@ -393,19 +393,11 @@ static void uring_buf_release(struct perch_loop *loop, struct perch__rxseg *rs)
 /* ================= socket operations ================= */
 
 /*
- * Whether a recv goes straight to the socket instead of waiting for
- * readability first (POLL_FIRST). Waiting first means an idle connection
- * never picks a buffer, so never fails with ENOBUFS nor parks: the park
- * list holds only connections with bytes (or a FIN) waiting. But on 6.18,
- * a multishot armed with POLL_FIRST after an ENOBUFS, over bytes and a
- * reset that had both arrived before it, delivered the bytes and then no
- * final CQE (a_reset_waiting_behind_a_parked_recv_still_surfaces_after_the_bytes
- * hung; not traced in the kernel: likely its wake-up path stops once the
- * socket is empty and never reads the pending error). So a multishot arm
- * over bytes already queued (one ioctl: arms are per connection, and
- * re-arms after an ENOBUFS, a pause or an ended multishot) issues at once.
- * Single-shot recvs always wait: each ends with its one completion, and
- * the next arm looks again.
+ * Whether a multishot recv skips waiting for readability (POLL_FIRST):
+ * only over bytes already queued. Waiting first keeps an idle connection
+ * from taking a buffer (so from parking); but a multishot armed with it
+ * over bytes and a reset that both came first may never report the reset
+ * (doc/loop.md, "The receive ring"). Single-shot recvs always wait.
  */
 static bool bytes_waiting_for_multishot(const struct perch__sock *s)
 {
@@ -417,9 +409,10 @@ static bool bytes_waiting_for_multishot(const struct perch__sock *s)
 static void uring_recv_arm(struct perch__sock *s)
 {
 	struct uring *u = st_of(s->loop);
-	if (s->closing || (s->bk_flags & F_RECV))
+	struct usock *us = us_of(s);
+	if (s->closing || (us->flags & F_RECV))
 		return; /* in flight already: its last completion re-arms if still wanted */
-	if (s->bk_flags & F_PARKED) {
+	if (s->parked) {
 		/*
 		 * Parked, and (say) resumed from a pause: a free buffer that no
 		 * one took is its to try. None free means none spare either:
@@ -427,65 +420,65 @@ static void uring_recv_arm(struct perch__sock *s)
 		 */
 		if (u->ring_free == 0)
 			return;
-		unpark(u, s);
+		perch__unpark(&u->parked, s);
 	}
 	struct io_uring_sqe *sqe = sqe_get(u);
 	if (s->opts.recv_mode == PERCH_RECV_SINGLESHOT) {
 		io_uring_prep_recv(sqe, s->fd, NULL, 0, 0);
-		s->bk_flags |= F_RECV;
+		us->flags |= F_RECV;
 	} else {
 		io_uring_prep_recv_multishot(sqe, s->fd, NULL, 0, 0);
-		s->bk_flags |= F_RECV | F_RECV_MS;
+		us->flags |= F_RECV | F_RECV_MS;
 	}
 	sqe->flags |= IOSQE_BUFFER_SELECT;
 	if (!bytes_waiting_for_multishot(s))
 		sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
 	sqe->buf_group = BGID;
 	io_uring_sqe_set_data64(sqe, UD(OP_RECV, s));
-	s->bk_inflight++;
+	us->inflight++;
 }
 
 static void uring_recv_pause(struct perch__sock *s)
 {
 	struct uring *u = st_of(s->loop);
 	/* Single-shot: simply not re-armed. Multishot: cancel it; CQEs already on the way are kept. */
-	if ((s->bk_flags & (F_RECV | F_RECV_MS | F_RECV_CANCEL)) != (F_RECV | F_RECV_MS))
+	if ((us_of(s)->flags & (F_RECV | F_RECV_MS | F_RECV_CANCEL)) != (F_RECV | F_RECV_MS))
 		return;
 	struct io_uring_sqe *sqe = sqe_get(u);
 	io_uring_prep_cancel64(sqe, UD(OP_RECV, s), 0);
 	io_uring_sqe_set_data64(sqe, UD(OP_PAUSE_CANCEL, s));
-	s->bk_flags |= F_RECV_CANCEL;
-	s->bk_inflight++;
+	us_of(s)->flags |= F_RECV_CANCEL;
+	us_of(s)->inflight++;
 }
 
 static void uring_send(struct perch__sock *s)
 {
-	struct uring *u = st_of(s->loop);
-	int n = perch__loop_tx_iov(s, s->bk_iov, PERCH__TX_IOV);
-	struct io_uring_sqe *sqe = sqe_get(u);
+	struct usock *us = us_of(s);
+	int n = perch__loop_tx_iov(s, us->iov, PERCH__TX_IOV);
+	struct io_uring_sqe *sqe = sqe_get(st_of(s->loop));
 	if (n == 1) {
 		/* One buffer (a typical reply): a plain send spares the kernel copying a msghdr and importing an iovec. */
-		io_uring_prep_send(sqe, s->fd, s->bk_iov[0].iov_base, s->bk_iov[0].iov_len, MSG_NOSIGNAL);
+		io_uring_prep_send(sqe, s->fd, us->iov[0].iov_base, us->iov[0].iov_len, MSG_NOSIGNAL);
 	} else {
-		memset(&s->bk_msg, 0, sizeof(s->bk_msg));
-		s->bk_msg.msg_iov = s->bk_iov;
-		s->bk_msg.msg_iovlen = (size_t)n;
-		io_uring_prep_sendmsg(sqe, s->fd, &s->bk_msg, MSG_NOSIGNAL);
+		memset(&us->msg, 0, sizeof(us->msg));
+		us->msg.msg_iov = us->iov;
+		us->msg.msg_iovlen = (size_t)n;
+		io_uring_prep_sendmsg(sqe, s->fd, &us->msg, MSG_NOSIGNAL);
 	}
 	io_uring_sqe_set_data64(sqe, UD(OP_SEND, s));
-	s->bk_inflight++;
+	us->inflight++;
 }
 
 static void uring_accept(struct perch__sock *s)
 {
 	struct uring *u = st_of(s->loop);
-	if (s->bk_flags & F_ACCEPT)
+	if (us_of(s)->flags & F_ACCEPT)
 		return; /* still armed: a resume must not arm a second */
-	s->bk_flags |= F_ACCEPT;
+	us_of(s)->flags |= F_ACCEPT;
 	struct io_uring_sqe *sqe = sqe_get(u);
 	io_uring_prep_multishot_accept(sqe, s->fd, NULL, NULL, SOCK_CLOEXEC);
 	io_uring_sqe_set_data64(sqe, UD(OP_ACCEPT, s));
-	s->bk_inflight++;
+	us_of(s)->inflight++;
 }
 
 static void uring_connect(struct perch__sock *s)
@@ -494,7 +487,7 @@ static void uring_connect(struct perch__sock *s)
 	struct io_uring_sqe *sqe = sqe_get(u);
 	io_uring_prep_connect(sqe, s->fd, (struct sockaddr *)&s->peer, s->peer_len);
 	io_uring_sqe_set_data64(sqe, UD(OP_CONNECT, s));
-	s->bk_inflight++;
+	us_of(s)->inflight++;
 }
 
 /*
@@ -505,12 +498,11 @@ static void uring_connect(struct perch__sock *s)
 static void uring_close(struct perch__sock *s)
 {
 	struct uring *u = st_of(s->loop);
-	if (s->bk_flags & F_PARKED)
-		unpark(u, s);
+	perch__unpark(&u->parked, s);
 	struct io_uring_sqe *sqe = sqe_get(u);
 	io_uring_prep_cancel_fd(sqe, s->fd, IORING_ASYNC_CANCEL_ALL);
 	io_uring_sqe_set_data64(sqe, UD(OP_CLOSE_CANCEL, s));
-	s->bk_inflight++;
+	us_of(s)->inflight++;
 }
 
 /* ================= completions ================= */
@@ -518,7 +510,7 @@ static void uring_close(struct perch__sock *s)
 static void on_recv(struct uring *u, struct perch__sock *s, int res, uint32_t flags, bool last)
 {
 	if (last)
-		s->bk_flags &= ~(F_RECV | F_RECV_MS | F_RECV_CANCEL);
+		us_of(s)->flags &= ~(F_RECV | F_RECV_MS | F_RECV_CANCEL);
 	if (flags & IORING_CQE_F_BUFFER) {
 		uint32_t bid = flags >> IORING_CQE_BUFFER_SHIFT;
 		buf_taken(u);
@@ -537,8 +529,8 @@ static void on_recv(struct uring *u, struct perch__sock *s, int res, uint32_t fl
 	if (res == 0)
 		perch__loop_recv_ended(s, 0);
 	else if (res == -ENOBUFS) {
-		if (!s->closing && !(s->bk_flags & F_PARKED)) {
-			park(u, s);
+		if (!s->closing && !s->parked) {
+			perch__park(&u->parked, s);
 			s->loop->stats.enobufs_parks++;
 			/*
 			 * The kernel found the ring empty: the busiest moment needs
@@ -572,7 +564,7 @@ static void on_recv(struct uring *u, struct perch__sock *s, int res, uint32_t fl
 static void on_accept(struct perch__sock *s, int res, bool last)
 {
 	if (last)
-		s->bk_flags &= ~F_ACCEPT;
+		us_of(s)->flags &= ~F_ACCEPT;
 	if (res != -ECANCELED)
 		perch__loop_accepted(s, res);
 	if (last && !s->closing && !s->accept_paused)
@@ -605,8 +597,11 @@ static void dispatch(struct perch_loop *loop, uint64_t ud, int res, uint32_t fla
 		return;
 	}
 	bool last = !(flags & IORING_CQE_F_MORE);
-	if (last)
-		s->bk_inflight--;
+	struct usock *us = us_of(s);
+	if (last) {
+		PERCH_ASSERT(us->inflight > 0); /* every last completion is of an operation counted in flight */
+		us->inflight--;
+	}
 	switch (op) {
 	case OP_RECV:
 		on_recv(u, s, res, flags, last);
@@ -624,7 +619,7 @@ static void dispatch(struct perch_loop *loop, uint64_t ud, int res, uint32_t fla
 		break;
 	}
 	/* Last: the socket is freed here once closing and nothing is in flight. */
-	if (s->closing && s->bk_inflight == 0) {
+	if (s->closing && us->inflight == 0) {
 		close(s->fd);
 		perch__loop_sock_closed(s);
 	}
@@ -688,6 +683,7 @@ static int uring_poll(struct perch_loop *loop, int timeout_ms)
 
 const struct perch__backend perch__uring_backend = {
 	.name = "io_uring",
+	.sock_size = sizeof(struct usock),
 	.init = uring_init,
 	.destroy = uring_destroy,
 	.poll = uring_poll,

@@ -3,6 +3,7 @@
 
 #include "cmocka_prelude.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
@@ -120,6 +121,38 @@ struct probe {
 	bool paused;
 };
 
+/*
+ * The interest the kernel holds for `fd` in this process's epoll sets
+ * (there is one loop here): its line in the epoll fd's /proc fdinfo,
+ * "tfd: FD events: HEX ...". 0 when no set holds it.
+ */
+static uint32_t kernel_interest(int fd)
+{
+	DIR *d = opendir("/proc/self/fd");
+	uint32_t events = 0;
+	struct dirent *de;
+	while (d && (de = readdir(d)) != NULL) {
+		char link[300], target[64] = "", path[300];
+		snprintf(link, sizeof(link), "/proc/self/fd/%s", de->d_name);
+		ssize_t n = readlink(link, target, sizeof(target) - 1);
+		if (n <= 0 || strncmp(target, "anon_inode:[eventpoll]", (size_t)n) != 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fdinfo/%s", de->d_name);
+		FILE *f = fopen(path, "r");
+		char line[256];
+		int tfd;
+		unsigned ev;
+		while (f && fgets(line, sizeof(line), f))
+			if (sscanf(line, "tfd: %d events: %x", &tfd, &ev) == 2 && tfd == fd)
+				events = ev;
+		if (f)
+			fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return events;
+}
+
 static void probe_run(void *p)
 {
 	struct probe *pr = p;
@@ -131,7 +164,7 @@ static void probe_run(void *p)
 	pr->mods = loop->stats.interest_changes;
 	pr->unconsumed = pr->f->s->unconsumed;
 	pr->paused = pr->f->s->rx_paused;
-	pr->events = pr->f->s->bk_events;
+	pr->events = kernel_interest(pr->f->s->fd);
 }
 
 static struct probe probe(struct fx *f)
