@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "invariant.h"
 
 #define MAX_EVENTS 256
 #define ACCEPT_BATCH 64            /* accepts per readiness event: then the other events of the batch */
@@ -19,6 +20,7 @@
 #define F_ADDED      1u   /* registered with the epoll fd */
 #define F_CONNECTING 2u   /* a connect waits for EPOLLOUT */
 #define F_SEND_WAIT  4u   /* a send met EAGAIN and waits for EPOLLOUT */
+#define F_REFUSED    8u   /* the kernel refused its interest: the connection failed, no ctl until its close */
 
 /* esock.pend: completions reported at the end of the turn, never inside the call that started them */
 #define P_CONNECTED 1u
@@ -94,26 +96,62 @@ static int ctl(struct ep *e, int op, struct perch__sock *s, uint32_t events)
 /*
  * Tells the kernel the interest the socket has now (MOD only when it
  * changed). A MOD re-polls the fd, so readiness that came while a
- * direction was off is reported as soon as it is back on.
+ * direction was off is reported as soon as it is back on. Returns 0 or
+ * the kernel's -errno (nothing changed then).
  */
 static int set_interest(struct ep *e, struct perch__sock *s)
 {
-	if (s->closing)
+	struct esock *es = es_of(s);
+	if (s->closing || (es->flags & F_REFUSED))
 		return 0;
 	uint32_t want = interest(s);
-	if (!(es_of(s)->flags & F_ADDED)) {
+	if (!(es->flags & F_ADDED)) {
 		int rc = ctl(e, EPOLL_CTL_ADD, s, want);
 		if (rc == 0) {
-			es_of(s)->flags |= F_ADDED;
-			es_of(s)->events = want;
+			es->flags |= F_ADDED;
+			es->events = want;
 		}
 		return rc;
 	}
-	if (want == es_of(s)->events)
+	if (want == es->events)
 		return 0;
 	s->loop->stats.interest_changes++;
-	es_of(s)->events = want;
-	return ctl(e, EPOLL_CTL_MOD, s, want);
+	int rc = ctl(e, EPOLL_CTL_MOD, s, want);
+	if (rc == 0)
+		es->events = want;
+	return rc;
+}
+
+static void pend(struct ep *e, struct perch__sock *s, uint32_t what);
+
+/*
+ * The kernel refused a connection's interest (ENOMEM, ENOSPC, ...): it
+ * could no longer be told when to read or write, so it fails with that
+ * errno, delivered once to each waiter: a connect or a send waiting for
+ * EPOLLOUT completes with it at the end of the turn; the reader sees it
+ * after the bytes already queued. The close that follows takes it off epoll.
+ */
+static void conn_refused(struct ep *e, struct perch__sock *s, int err)
+{
+	struct esock *es = es_of(s);
+	es->flags |= F_REFUSED;
+	if (es->flags & (F_CONNECTING | F_SEND_WAIT)) {
+		uint32_t what = es->flags & F_CONNECTING ? P_CONNECTED : P_SENT;
+		es->flags &= ~(F_CONNECTING | F_SEND_WAIT);
+		es->res = err;
+		pend(e, s, what);
+		if (what == P_CONNECTED)
+			return; /* not connected yet: the callback gets the error, nobody reads */
+	}
+	perch__loop_recv_ended(s, err);
+}
+
+/* The interest a connection has now, or its failure when the kernel refuses it. */
+static void update_interest(struct ep *e, struct perch__sock *s)
+{
+	int rc = set_interest(e, s);
+	if (rc != 0)
+		conn_refused(e, s, rc);
 }
 
 /*
@@ -123,24 +161,44 @@ static int set_interest(struct ep *e, struct perch__sock *s)
  */
 static void rearm(struct ep *e, struct perch__sock *s)
 {
+	uint32_t want = interest(s);
 	s->loop->stats.interest_changes++;
-	es_of(s)->events = interest(s);
-	ctl(e, EPOLL_CTL_MOD, s, es_of(s)->events);
+	int rc = ctl(e, EPOLL_CTL_MOD, s, want);
+	if (rc == 0)
+		es_of(s)->events = want;
+	else
+		conn_refused(e, s, rc);
+}
+
+/*
+ * Takes the socket off epoll. A DEL fails only for an fd the set does not
+ * hold (ENOENT) or that is not open (EBADF); either way the set no longer
+ * has it, which is all a DEL is for.
+ */
+static void remove_interest(struct ep *e, struct perch__sock *s)
+{
+	struct esock *es = es_of(s);
+	if (!(es->flags & F_ADDED))
+		return;
+	if (epoll_ctl(e->epfd, EPOLL_CTL_DEL, s->fd, NULL) != 0)
+		PERCH_ASSERT(errno == ENOENT || errno == EBADF);
+	es->flags &= ~F_ADDED;
 }
 
 /* ================= pending completions ================= */
 
 static void pend(struct ep *e, struct perch__sock *s, uint32_t what)
 {
-	if (!es_of(s)->pend) {
-		es_of(s)->pend_next = NULL;
+	struct esock *es = es_of(s);
+	if (!es->pend) {
+		es->pend_next = NULL;
 		if (e->pend_tail)
 			es_of(e->pend_tail)->pend_next = s;
 		else
 			e->pend_head = s;
 		e->pend_tail = s;
 	}
-	es_of(s)->pend |= what;
+	es->pend |= what;
 }
 
 /* Reports what a closed socket still owes, closes its fd, and lets it leave the table. */
@@ -170,13 +228,14 @@ static int run_pending(struct ep *e)
 	int n = 0;
 	while (s) {
 		/* Read first: reporting may pend s again (relinking it) or free it. */
-		struct perch__sock *next = es_of(s)->pend_next;
-		uint32_t what = es_of(s)->pend;
-		es_of(s)->pend = 0;
+		struct esock *es = es_of(s);
+		struct perch__sock *next = es->pend_next;
+		uint32_t what = es->pend;
+		es->pend = 0;
 		if (what & P_CONNECTED)
-			perch__loop_connected(s, es_of(s)->res);
+			perch__loop_connected(s, es->res);
 		if (what & P_SENT)
-			perch__loop_sent(s, es_of(s)->res);
+			perch__loop_sent(s, es->res);
 		if (what & P_CLOSE)
 			finalize(s);
 		s = next;
@@ -201,7 +260,7 @@ static void park(struct ep *e, struct perch__sock *s)
 {
 	perch__park(&e->parked, s);
 	s->loop->stats.enobufs_parks++;
-	set_interest(e, s); /* EPOLLIN off until a buffer is free for it */
+	update_interest(e, s); /* EPOLLIN off until a buffer is free for it */
 }
 
 /*
@@ -216,7 +275,7 @@ static void serve_parked(struct ep *e)
 		struct perch__sock *s = e->parked.head;
 		perch__unpark(&e->parked, s);
 		if (reading(s)) {
-			set_interest(e, s);
+			update_interest(e, s);
 			budget--;
 		}
 	}
@@ -305,10 +364,10 @@ static void epoll_accept(struct perch__sock *ls)
 		perch__loop_accepted(ls, rc); /* logged; the listener accepts nothing */
 }
 
-/* Out of fds: the listener stays readable, so it leaves the interest set until resumed. */
+/* Out of fds: the listener stays readable, so it leaves the set until resumed (epoll_accept adds it back). */
 static void epoll_accept_pause(struct perch__sock *ls)
 {
-	set_interest(ep_of(ls->loop), ls);
+	remove_interest(ep_of(ls->loop), ls);
 }
 
 static void epoll_connect(struct perch__sock *s)
@@ -318,17 +377,14 @@ static void epoll_connect(struct perch__sock *s)
 	if (rc == 0 && connect(s->fd, (struct sockaddr *)&s->peer, s->peer_len) != 0 &&
 	    errno != EINPROGRESS)
 		rc = -errno;
-	if (rc == 0) {
-		/* Writable (or an error) once the handshake ends. */
-		es_of(s)->flags |= F_CONNECTING;
-		rc = set_interest(e, s);
-		if (rc != 0)
-			es_of(s)->flags &= ~F_CONNECTING;
-	}
 	if (rc != 0) {
 		es_of(s)->res = rc;
 		pend(e, s, P_CONNECTED);
+		return;
 	}
+	/* Writable (or an error) once the handshake ends. */
+	es_of(s)->flags |= F_CONNECTING;
+	update_interest(e, s);
 }
 
 static void epoll_recv_arm(struct perch__sock *s)
@@ -342,27 +398,26 @@ static void epoll_recv_arm(struct perch__sock *s)
 			return;
 		perch__unpark(&e->parked, s);
 	}
-	int rc = set_interest(e, s);
-	if (rc != 0)
-		perch__loop_recv_ended(s, rc);
+	update_interest(e, s);
 }
 
 /* Paused or ended: EPOLLIN goes (a stalled consumer costs no events); resuming re-polls. */
 static void epoll_recv_pause(struct perch__sock *s)
 {
-	set_interest(ep_of(s->loop), s);
+	update_interest(ep_of(s->loop), s);
 }
 
 /* One sendmsg of what is left: bytes taken or -errno (-EAGAIN: the socket is full). */
 static int try_send(struct perch__sock *s)
 {
-	int n = perch__loop_tx_iov(s, es_of(s)->iov, PERCH__TX_IOV);
-	memset(&es_of(s)->msg, 0, sizeof(es_of(s)->msg));
-	es_of(s)->msg.msg_iov = es_of(s)->iov;
-	es_of(s)->msg.msg_iovlen = (size_t)n;
+	struct esock *es = es_of(s);
+	int n = perch__loop_tx_iov(s, es->iov, PERCH__TX_IOV);
+	memset(&es->msg, 0, sizeof(es->msg));
+	es->msg.msg_iov = es->iov;
+	es->msg.msg_iovlen = (size_t)n;
 	ssize_t r;
 	do
-		r = sendmsg(s->fd, &es_of(s)->msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		r = sendmsg(s->fd, &es->msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 	while (r < 0 && errno == EINTR);
 	return r < 0 ? -errno : (int)r;
 }
@@ -378,7 +433,7 @@ static void epoll_send(struct perch__sock *s)
 	int r = try_send(s);
 	if (r == -EAGAIN) {
 		es_of(s)->flags |= F_SEND_WAIT;
-		set_interest(e, s);
+		update_interest(e, s); /* refused: the send fails with it at the end of the turn */
 		return;
 	}
 	es_of(s)->res = r;
@@ -390,10 +445,7 @@ static void epoll_close(struct perch__sock *s)
 {
 	struct ep *e = ep_of(s->loop);
 	perch__unpark(&e->parked, s);
-	if (es_of(s)->flags & F_ADDED) {
-		epoll_ctl(e->epfd, EPOLL_CTL_DEL, s->fd, NULL);
-		es_of(s)->flags &= ~F_ADDED;
-	}
+	remove_interest(e, s);
 	pend(e, s, P_CLOSE);
 }
 
@@ -518,7 +570,7 @@ static void on_conn_ready(struct ep *e, struct perch__sock *s, uint32_t ev)
 				on_hangup(s, ev);
 		}
 	}
-	set_interest(e, s); /* the directions still waited on (a no-op when unchanged) */
+	update_interest(e, s); /* the directions still waited on (a no-op when unchanged) */
 }
 
 static void dispatch(struct perch_loop *loop, const struct epoll_event *ev)
