@@ -116,7 +116,11 @@ struct perch__backend {
 	 * names the call (the loop logs the line and may fall back).
 	 */
 	int (*init)(struct perch_loop *loop, const struct perch_loop_opts *opts);
-	/* After every socket is finalized. */
+	/*
+	 * Last: normally after every socket is finalized; any left (their
+	 * completions never came) go to perch__loop_abandon_all once the
+	 * kernel holds nothing of theirs.
+	 */
 	void (*destroy)(struct perch_loop *loop);
 	/* Submits, waits up to timeout_ms (<0 none), dispatches. Returns completions seen or -errno. */
 	int (*poll)(struct perch_loop *loop, int timeout_ms);
@@ -244,6 +248,13 @@ void perch__loop_sent(struct perch__sock *s, int res);
 int perch__loop_tx_iov(struct perch__sock *s, struct iovec *iov, int max);
 /* Every completion of the socket came and its fd is closed: leaves the table. */
 void perch__loop_sock_closed(struct perch__sock *s);
+/*
+ * For a backend's destroy, once the kernel holds nothing of the loop's
+ * (after a fatal poll, or a free that stopped waiting): finalizes every
+ * socket still in the table, each settle(s) first (a send the backend
+ * had in flight ends canceled), then its connect answered, fd closed.
+ */
+void perch__loop_abandon_all(struct perch_loop *loop, void (*settle)(struct perch__sock *s));
 
 /* ---- timers (lib/timer.c; loop thread) ---- */
 

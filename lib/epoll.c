@@ -290,6 +290,18 @@ static void epoll_buf_release(struct perch_loop *loop, struct perch__rxseg *rs)
 
 /* ================= setup ================= */
 
+/* A socket the loop's free left (its close never reported): what it still owed is reported now. */
+static void settle_abandoned(struct perch__sock *s)
+{
+	struct esock *es = es_of(s);
+	if (es->pend & P_SENT)
+		perch__loop_sent(s, es->res);
+	else if (es->flags & F_SEND_WAIT)
+		perch__loop_sent(s, -ECANCELED);
+	es->pend = 0;
+	es->flags &= ~F_SEND_WAIT;
+}
+
 static void epoll_destroy(struct perch_loop *loop)
 {
 	struct ep *e = ep_of(loop);
@@ -297,6 +309,7 @@ static void epoll_destroy(struct perch_loop *loop)
 		return;
 	if (e->epfd >= 0)
 		close(e->epfd);
+	perch__loop_abandon_all(loop, settle_abandoned);
 	free(e->bufs);
 	free(e->segs);
 	free(e->free_ids);

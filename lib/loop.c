@@ -435,6 +435,21 @@ static void start_close(struct perch__sock *s)
 	}
 }
 
+void perch__loop_abandon_all(struct perch_loop *loop, void (*settle)(struct perch__sock *s))
+{
+	for (uint32_t i = 0; i < loop->cap; i++) {
+		struct perch__sock *s = loop->table[i];
+		if (!s)
+			continue;
+		s->closing = true;
+		settle(s);
+		if (s->kind == PERCH__SOCK_CONN && s->on_connected)
+			perch__loop_connected(s, -ECANCELED);
+		close(s->fd);
+		perch__loop_sock_closed(s);
+	}
+}
+
 void perch__loop_sock_closed(struct perch__sock *s)
 {
 	perch__timer_disarm(&s->connect_timer); /* the connect was answered first; never left for a freed socket */
@@ -1306,7 +1321,9 @@ void perch_loop_free(struct perch_loop *loop)
 		/* Every socket leaves the table after its last completion; bounded, in case one never comes. */
 		double deadline = perch__now_ms() + FREE_DRAIN_MS;
 		while (loop->live > 0 && perch__now_ms() < deadline) {
-			loop->be->poll(loop, 50);
+			int rc = loop->be->poll(loop, 50);
+			if (rc < 0 && rc != -EINTR)
+				break; /* the backend failed for good: its destroy settles what is left */
 			drain_inbox(loop);
 			close_all(loop);
 		}
@@ -1317,8 +1334,8 @@ void perch_loop_free(struct perch_loop *loop)
 	}
 	wait_posters(loop);
 	if (loop->live > 0)
-		fprintf(stderr, "perch: loop freed with %u sockets still in flight%s\n", loop->live,
-			owner ? "" : " (perch_loop_free called off the loop's thread)");
+		fprintf(stderr, "perch: loop freed with %u sockets still in flight%s: finalized without their last completions\n",
+			loop->live, owner ? "" : " (perch_loop_free called off the loop's thread)");
 	/* Listeners never inserted (no room, or queued when the free began) and never closed: nothing is in flight for them. */
 	while (loop->dropped) {
 		struct perch__sock *ls = loop->dropped;

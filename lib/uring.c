@@ -17,6 +17,7 @@
 #define MAX_BATCHES 16         /* per poll: then let the caller's turn end (posted work, stop) */
 #define RING_TARGET_MIN 64     /* the ring starts with this many (doubled when short, halved back once quiet) */
 #define RING_SHRINK_POLLS 1024 /* polls (not time) in which a ring never used half its buffers, before it halves */
+#define SQE_RETRIES 16         /* submits a full SQ tries, each after emptying the CQ, before the ring is broken */
 
 /* user_data: op (8 bits) | generation (24 bits) | slot (32 bits). */
 enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL, OP_PAUSE_CANCEL };
@@ -31,6 +32,7 @@ enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL,
 #define F_RECV_MS     2u   /* ... and it is multishot */
 #define F_RECV_CANCEL 4u   /* a pause's cancel for it is in flight */
 #define F_ACCEPT      8u   /* a listener's multishot accept is in flight */
+#define F_SEND       16u   /* a send is in flight */
 
 /* This backend's state for one socket, kept after the loop's (perch__sock_be). */
 struct usock {
@@ -49,6 +51,7 @@ struct uring {
 	struct io_uring ring;
 	struct perch_loop *loop;
 	bool needs_enable;           /* created disabled: the first poll enables it (binds the thread) */
+	int broken;                  /* the kernel refused the ring for good (-errno): no SQE, the poll returns it */
 	struct io_uring_buf_ring *br;
 	size_t br_bytes;
 	uint8_t *bufs;
@@ -123,23 +126,55 @@ static unsigned stash_cqes(struct uring *u)
 	return n;
 }
 
+/* The ring takes no more work: the first refusal stays, and the next poll returns it. */
+static void ring_broken(struct uring *u, int err)
+{
+	if (!u->broken)
+		u->broken = err;
+}
+
+/* A refusal to retry after the CQ is emptied: a full CQ (-EBUSY), a short allocation (-EAGAIN), a signal. */
+static bool refused_for_now(int rc)
+{
+	return rc == -EBUSY || rc == -EAGAIN || rc == -EINTR;
+}
+
 /*
  * An SQE, flushing the queue when it is full (the loop thread owns the
- * ring). A submit can be refused while the CQ is full (-EBUSY) or short
- * of memory (-EAGAIN); then the CQ is emptied into the backlog and the
- * kernel's task work is run, so the next submit can proceed.
+ * ring). A submit refused for now is retried after the CQ is emptied into
+ * the backlog and the kernel's task work is run, SQE_RETRIES times at
+ * most. Any other refusal, or that many, breaks the ring: NULL, here and
+ * from then on, and the caller starts nothing.
  */
 static struct io_uring_sqe *sqe_get(struct uring *u)
 {
-	struct io_uring_sqe *sqe;
+	int rc;
+	if (u->broken)
+		return NULL;
 	/* Work posted before the first poll reaches here first: bind the ring to this thread now. */
-	if (u->needs_enable)
-		enable_ring(u);
-	while (!(sqe = io_uring_get_sqe(&u->ring))) {
-		if (io_uring_submit(&u->ring) > 0)
+	if (u->needs_enable && (rc = enable_ring(u)) != 0) {
+		ring_broken(u, rc);
+		return NULL;
+	}
+	struct io_uring_sqe *sqe;
+	for (int tries = 0; !(sqe = io_uring_get_sqe(&u->ring)); tries++) {
+		if (tries == SQE_RETRIES) {
+			ring_broken(u, -EBUSY);
+			return NULL;
+		}
+		rc = io_uring_submit(&u->ring);
+		if (rc > 0)
 			continue;
+		if (rc < 0 && !refused_for_now(rc)) {
+			ring_broken(u, rc);
+			return NULL;
+		}
 		stash_cqes(u);
-		io_uring_get_events(&u->ring);
+		rc = io_uring_get_events(&u->ring);
+		if (rc < 0 && !refused_for_now(rc)) {
+			ring_broken(u, rc);
+			return NULL;
+		}
 		stash_cqes(u);
 	}
 	return sqe;
@@ -303,7 +338,19 @@ static void prep_wake(struct perch_loop *loop, struct io_uring_sqe *sqe)
 /* Loop thread. */
 static void arm_wake(struct perch_loop *loop)
 {
-	prep_wake(loop, sqe_get(st_of(loop)));
+	struct io_uring_sqe *sqe = sqe_get(st_of(loop));
+	if (sqe)
+		prep_wake(loop, sqe);
+}
+
+/* A socket whose completions never came (the ring broke): its send ends canceled. */
+static void settle_abandoned(struct perch__sock *s)
+{
+	struct usock *us = us_of(s);
+	if (us->flags & F_SEND) {
+		us->flags &= ~F_SEND;
+		perch__loop_sent(s, -ECANCELED);
+	}
 }
 
 static void uring_destroy(struct perch_loop *loop)
@@ -311,8 +358,9 @@ static void uring_destroy(struct perch_loop *loop)
 	struct uring *u = st_of(loop);
 	if (!u)
 		return;
-	/* Exiting the ring cancels what is left; the buffers go after it. */
+	/* Exiting the ring cancels what is left; the sockets it held go next, the buffers last. */
 	io_uring_queue_exit(&u->ring);
+	perch__loop_abandon_all(loop, settle_abandoned);
 	free(u->backlog);
 	free(u->br);
 	free(u->bufs);
@@ -420,9 +468,11 @@ static void uring_recv_arm(struct perch__sock *s)
 		 */
 		if (u->ring_free == 0)
 			return;
-		perch__unpark(&u->parked, s);
 	}
 	struct io_uring_sqe *sqe = sqe_get(u);
+	if (!sqe)
+		return; /* the ring is broken: the poll reports it */
+	perch__unpark(&u->parked, s);
 	if (s->opts.recv_mode == PERCH_RECV_SINGLESHOT) {
 		io_uring_prep_recv(sqe, s->fd, NULL, 0, 0);
 		us->flags |= F_RECV;
@@ -445,6 +495,8 @@ static void uring_recv_pause(struct perch__sock *s)
 	if ((us_of(s)->flags & (F_RECV | F_RECV_MS | F_RECV_CANCEL)) != (F_RECV | F_RECV_MS))
 		return;
 	struct io_uring_sqe *sqe = sqe_get(u);
+	if (!sqe)
+		return;
 	io_uring_prep_cancel64(sqe, UD(OP_RECV, s), 0);
 	io_uring_sqe_set_data64(sqe, UD(OP_PAUSE_CANCEL, s));
 	us_of(s)->flags |= F_RECV_CANCEL;
@@ -454,8 +506,10 @@ static void uring_recv_pause(struct perch__sock *s)
 static void uring_send(struct perch__sock *s)
 {
 	struct usock *us = us_of(s);
-	int n = perch__loop_tx_iov(s, us->iov, PERCH__TX_IOV);
 	struct io_uring_sqe *sqe = sqe_get(st_of(s->loop));
+	if (!sqe)
+		return; /* the ring is broken: the send is settled when the loop is freed */
+	int n = perch__loop_tx_iov(s, us->iov, PERCH__TX_IOV);
 	if (n == 1) {
 		/* One buffer (a typical reply): a plain send spares the kernel copying a msghdr and importing an iovec. */
 		io_uring_prep_send(sqe, s->fd, us->iov[0].iov_base, us->iov[0].iov_len, MSG_NOSIGNAL);
@@ -466,6 +520,7 @@ static void uring_send(struct perch__sock *s)
 		io_uring_prep_sendmsg(sqe, s->fd, &us->msg, MSG_NOSIGNAL);
 	}
 	io_uring_sqe_set_data64(sqe, UD(OP_SEND, s));
+	us->flags |= F_SEND;
 	us->inflight++;
 }
 
@@ -474,8 +529,10 @@ static void uring_accept(struct perch__sock *s)
 	struct uring *u = st_of(s->loop);
 	if (us_of(s)->flags & F_ACCEPT)
 		return; /* still armed: a resume must not arm a second */
-	us_of(s)->flags |= F_ACCEPT;
 	struct io_uring_sqe *sqe = sqe_get(u);
+	if (!sqe)
+		return;
+	us_of(s)->flags |= F_ACCEPT;
 	io_uring_prep_multishot_accept(sqe, s->fd, NULL, NULL, SOCK_CLOEXEC);
 	io_uring_sqe_set_data64(sqe, UD(OP_ACCEPT, s));
 	us_of(s)->inflight++;
@@ -485,6 +542,8 @@ static void uring_connect(struct perch__sock *s)
 {
 	struct uring *u = st_of(s->loop);
 	struct io_uring_sqe *sqe = sqe_get(u);
+	if (!sqe)
+		return;
 	io_uring_prep_connect(sqe, s->fd, (struct sockaddr *)&s->peer, s->peer_len);
 	io_uring_sqe_set_data64(sqe, UD(OP_CONNECT, s));
 	us_of(s)->inflight++;
@@ -500,6 +559,8 @@ static void uring_close(struct perch__sock *s)
 	struct uring *u = st_of(s->loop);
 	perch__unpark(&u->parked, s);
 	struct io_uring_sqe *sqe = sqe_get(u);
+	if (!sqe)
+		return; /* the ring is broken: the loop's free finalizes the socket */
 	io_uring_prep_cancel_fd(sqe, s->fd, IORING_ASYNC_CANCEL_ALL);
 	io_uring_sqe_set_data64(sqe, UD(OP_CLOSE_CANCEL, s));
 	us_of(s)->inflight++;
@@ -607,6 +668,7 @@ static void dispatch(struct perch_loop *loop, uint64_t ud, int res, uint32_t fla
 		on_recv(u, s, res, flags, last);
 		break;
 	case OP_SEND:
+		us->flags &= ~F_SEND;
 		perch__loop_sent(s, res);
 		break;
 	case OP_ACCEPT:
@@ -630,7 +692,9 @@ static int uring_poll(struct perch_loop *loop, int timeout_ms)
 	struct uring *u = st_of(loop);
 	int rc;
 	if (u->needs_enable && (rc = enable_ring(u)) != 0)
-		return rc;
+		ring_broken(u, rc);
+	if (u->broken)
+		return u->broken;
 	u->grew_this_poll = false;
 	ring_maybe_shrink(u);
 	struct io_uring_cqe *cqe;
@@ -645,8 +709,10 @@ static int uring_poll(struct perch_loop *loop, int timeout_ms)
 						.tv_nsec = (long long)(timeout_ms % 1000) * 1000000 };
 		rc = io_uring_submit_and_wait_timeout(&u->ring, &cqe, 1, &ts, NULL);
 	}
-	if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+	if (rc < 0 && rc != -ETIME && !refused_for_now(rc)) {
+		ring_broken(u, rc);
 		return rc;
+	}
 	/*
 	 * Copy out, then advance, then dispatch: handlers submit, which may
 	 * post more CQEs (and sqe_get may stash some in the backlog). The

@@ -1,0 +1,213 @@
+/* tests/test_uring_faults.c: an io_uring submit or wait the kernel refuses is retried a bounded number of times, or breaks the loop, which reports it. */
+#include "config.h"
+
+#include "cmocka_prelude.h"
+
+#include <liburing.h>
+
+#include "loop_util.h"
+
+/*
+ * Fault injection: the program links with -Wl,--wrap for the liburing
+ * calls the backend makes, so they come here. Armed with n, the next n
+ * calls of the chosen kind fail with `err` (the loop thread reads the arm,
+ * the test thread sets it: atomics).
+ */
+enum kind { SUBMIT, WAIT };
+static struct {
+	int left, err, kind, fired;
+} fault;
+
+static bool fails(enum kind k)
+{
+	int left = __atomic_load_n(&fault.left, __ATOMIC_ACQUIRE);
+	while (left > 0 && fault.kind == (int)k)
+		if (__atomic_compare_exchange_n(&fault.left, &left, left - 1, false, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE)) {
+			__atomic_fetch_add(&fault.fired, 1, __ATOMIC_RELEASE);
+			return true;
+		}
+	return false;
+}
+
+int __real_io_uring_submit(struct io_uring *ring);
+int __real_io_uring_submit_and_wait(struct io_uring *ring, unsigned wait_nr);
+int __real_io_uring_submit_and_get_events(struct io_uring *ring);
+int __real_io_uring_submit_and_wait_timeout(struct io_uring *ring, struct io_uring_cqe **cqe_ptr,
+					    unsigned wait_nr, struct __kernel_timespec *ts,
+					    sigset_t *sigmask);
+
+int __wrap_io_uring_submit(struct io_uring *ring)
+{
+	return fails(SUBMIT) ? -fault.err : __real_io_uring_submit(ring);
+}
+
+int __wrap_io_uring_submit_and_wait(struct io_uring *ring, unsigned wait_nr)
+{
+	return fails(WAIT) ? -fault.err : __real_io_uring_submit_and_wait(ring, wait_nr);
+}
+
+int __wrap_io_uring_submit_and_get_events(struct io_uring *ring)
+{
+	return fails(WAIT) ? -fault.err : __real_io_uring_submit_and_get_events(ring);
+}
+
+int __wrap_io_uring_submit_and_wait_timeout(struct io_uring *ring, struct io_uring_cqe **cqe_ptr,
+					    unsigned wait_nr, struct __kernel_timespec *ts,
+					    sigset_t *sigmask)
+{
+	return fails(WAIT) ? -fault.err
+			   : __real_io_uring_submit_and_wait_timeout(ring, cqe_ptr, wait_nr, ts, sigmask);
+}
+
+static void arm(enum kind k, int n, int err)
+{
+	fault.kind = (int)k;
+	fault.err = err;
+	__atomic_store_n(&fault.fired, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&fault.left, n, __ATOMIC_RELEASE);
+}
+
+static int fired(void)
+{
+	return __atomic_load_n(&fault.fired, __ATOMIC_ACQUIRE);
+}
+
+static void disarm(void)
+{
+	__atomic_store_n(&fault.left, 0, __ATOMIC_RELEASE);
+}
+
+#define BURST 16 /* connects started in one turn: four times the SQ */
+
+struct burst {
+	struct perch_loop *loop;
+	int port;
+	uint32_t answered, ok;
+	int results[BURST];
+	sem_t all;
+};
+
+static void burst_connected(struct perch_loop *loop, struct perch_conn *c, int result, void *arg)
+{
+	struct burst *b = arg;
+	uint32_t i = perch__faa_u32(&b->answered, 1);
+	if (i < BURST)
+		b->results[i] = result;
+	if (c) {
+		perch__faa_u32(&b->ok, 1);
+		perch_conn_release(c);
+	}
+	if (i + 1 == BURST)
+		sem_post(&b->all);
+}
+
+/* Runs in one turn: each connect takes an SQE, so the SQ fills and sqe_get must submit. */
+static void start_burst(void *arg)
+{
+	struct burst *b = arg;
+	for (int i = 0; i < BURST; i++)
+		assert_int_equal(perch_connect(b->loop, "127.0.0.1", b->port, NULL, burst_connected, b), 0);
+}
+
+static int plain_listener(int *port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t len = sizeof(a);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(fd, BURST * 2), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+static void start_loop(struct lu_loop *l)
+{
+	struct perch_loop_opts o = { .backend = PERCH_BACKEND_URING, .sq_entries = 4 };
+	assert_int_equal(lu_start(l, &o), 0);
+	assert_string_equal(perch_loop_backend_name(l->loop), "io_uring");
+}
+
+/* Waits for the loop thread to end on its own (it frees the loop): its run's result. */
+static int joined(struct lu_loop *l)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += LU_TIMEOUT_MS / 1000;
+	assert_int_equal(pthread_timedjoin_np(l->th, NULL, &ts), 0);
+	return l->run_rc;
+}
+
+/* A full SQ whose submit is refused for now (EAGAIN) three times: retried, every connect goes through. */
+static void a_submit_refused_for_now_is_retried(void **state)
+{
+	struct lu_loop l;
+	start_loop(&l);
+	struct burst b = { .loop = l.loop };
+	int lfd = plain_listener(&b.port);
+	sem_init(&b.all, 0, 0);
+	arm(SUBMIT, 3, EAGAIN);
+	assert_int_equal(lu_on_loop(&l, start_burst, &b), 0);
+	assert_int_equal(lu_sem_wait(&b.all, LU_TIMEOUT_MS), 0);
+	assert_int_equal(fired(), 3);
+	assert_int_equal(perch__load_u32(&b.ok), BURST);
+	assert_int_equal(lu_stop(&l), 0);
+	sem_destroy(&b.all);
+	close(lfd);
+}
+
+/*
+ * A full SQ whose submit is refused for good (EBADF): the ring is broken,
+ * the run returns the errno, and the loop's free answers every connect
+ * once (canceled: none was ever submitted).
+ */
+static void a_submit_refused_for_good_breaks_the_loop_which_reports_it(void **state)
+{
+	struct lu_loop l;
+	start_loop(&l);
+	struct burst b = { .loop = l.loop };
+	int lfd = plain_listener(&b.port);
+	sem_init(&b.all, 0, 0);
+	arm(SUBMIT, 1, EBADF);
+	assert_int_equal(perch_loop_post(l.loop, start_burst, &b), 0);
+	assert_int_equal(joined(&l), -EBADF);
+	assert_int_equal(fired(), 1);
+	assert_int_equal(perch__load_u32(&b.answered), BURST);
+	assert_int_equal(perch__load_u32(&b.ok), 0);
+	for (int i = 0; i < BURST; i++)
+		assert_int_equal(b.results[i], -ECANCELED);
+	disarm();
+	sem_destroy(&b.all);
+	close(lfd);
+}
+
+static void nothing(void *arg)
+{
+}
+
+/* The turn's wait is refused for good: the run returns the errno (and ends). */
+static void a_wait_refused_for_good_ends_the_run_with_its_errno(void **state)
+{
+	struct lu_loop l;
+	start_loop(&l);
+	arm(WAIT, 1, EBADF);
+	assert_int_equal(perch_loop_post(l.loop, nothing, NULL), 0);
+	assert_int_equal(joined(&l), -EBADF);
+	assert_int_equal(fired(), 1);
+	disarm();
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(a_submit_refused_for_now_is_retried),
+		cmocka_unit_test(a_submit_refused_for_good_breaks_the_loop_which_reports_it),
+		cmocka_unit_test(a_wait_refused_for_good_ends_the_run_with_its_errno),
+	};
+	const char *only = getenv("PERCH_TEST_FILTER");
+	if (only && *only)
+		cmocka_set_test_filter(only);
+	return cmocka_run_group_tests_name("io_uring faults", tests, NULL, NULL);
+}
