@@ -1,4 +1,4 @@
-/* lib/backend.h: the one interface between the backend-agnostic loop (loop.c) and a kernel backend (uring.c, epoll.c). */
+/* lib/backend.h: the one interface between the backend-agnostic loop (loop.c and its parts, see loop_internal.h) and a kernel backend (uring.c, epoll.c). */
 #ifndef PERCH_LIB_BACKEND_H
 #define PERCH_LIB_BACKEND_H
 

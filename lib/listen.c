@@ -1,0 +1,248 @@
+/* lib/listen.c: listeners: listening, accepting, and the accept pause when fds run out (resumed when one is freed). */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "loop_internal.h"
+
+/* ================= accepting without fds: pause, and resume when one is freed ================= */
+
+/*
+ * The failures accept(2) says are one connection's (it went away, or the
+ * network said no): the next connection may do. Any other failure (out of
+ * fds or memory, or a listening socket gone bad) lasts: retried at once it
+ * would spin.
+ */
+static bool accept_retry_at_once(int err)
+{
+	switch (-err) {
+	case ECONNABORTED: case EPROTO: case EPERM: case EINTR: case ENETDOWN: case ENOPROTOOPT:
+	case EHOSTDOWN: case ENONET: case EHOSTUNREACH: case EOPNOTSUPP: case ENETUNREACH:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* A socket closed (an fd is free) or the retry time passed: every paused listener tries again. */
+void perch__accept_resume(struct perch_loop *loop)
+{
+	struct perch__sock *ls = loop->accept_paused;
+	loop->accept_paused = NULL;
+	perch__timer_disarm(&loop->accept_retry);
+	while (ls) {
+		struct perch__sock *next = ls->accept_paused_next;
+		ls->accept_paused = false;
+		ls->accept_paused_next = NULL;
+		if (!ls->closing)
+			loop->be->accept(ls);
+		ls = next;
+	}
+}
+
+/* PERCH__ACCEPT_RETRY_MS after the first listener paused and no socket closed meanwhile. */
+void perch__accept_retry_due(struct perch_timer *t, void *arg)
+{
+	perch__accept_resume(arg);
+}
+
+static void pause_accepting(struct perch__sock *ls)
+{
+	struct perch_loop *loop = ls->loop;
+	if (ls->accept_paused)
+		return;
+	if (!loop->accept_paused)
+		perch__timer_arm_at(&loop->accept_retry, perch__now_ms() + PERCH__ACCEPT_RETRY_MS,
+				    PERCH__ACCEPT_RETRY_MS);
+	ls->accept_paused = true;
+	ls->accept_paused_next = loop->accept_paused;
+	loop->accept_paused = ls;
+	loop->stats.accept_pauses++;
+	loop->be->accept_pause(ls);
+}
+
+/* ================= accepting ================= */
+
+/*
+ * At most one line per listener every PERCH__ACCEPT_LOG_MS, with the count
+ * since the last: at the fd limit every close lets one accept through and
+ * the next fails, and a line each would flood a slow stderr from the loop.
+ */
+static void accept_failed(struct perch__sock *ls, int err)
+{
+	ls->loop->stats.accept_errors++;
+	ls->accept_unlogged++;
+	bool pause = !accept_retry_at_once(err) && !ls->closing;
+	double now = perch__now_ms();
+	if (ls->accept_logged_at_ms == 0 || now - ls->accept_logged_at_ms >= PERCH__ACCEPT_LOG_MS) {
+		fprintf(stderr, "perch: accept on port %d failed: %s (%u failed since the last line)%s\n",
+			ls->port, strerror(-err), ls->accept_unlogged,
+			pause ? "; paused until a socket closes or 100 ms pass" : "");
+		ls->accept_logged_at_ms = now;
+		ls->accept_unlogged = 0;
+	}
+	if (pause)
+		pause_accepting(ls);
+}
+
+void perch__loop_accepted(struct perch__sock *ls, int fd)
+{
+	if (fd < 0) {
+		accept_failed(ls, fd);
+		return;
+	}
+	if (ls->closing) {
+		close(fd);
+		return;
+	}
+	struct perch__sock *s = perch__conn_sock_new(ls->loop, fd, &ls->accept_opts);
+	if (!s || perch__table_insert(ls->loop, s) != 0) {
+		if (s)
+			perch_conn_release(s->conn); /* not in the table yet: closes fd inline */
+		else
+			close(fd);
+		return;
+	}
+	perch__sock_set_nodelay(s);
+	ls->loop->be->recv_arm(s);
+	struct perch_conn *c = s->conn;
+	perch__conn_ref(c); /* the callback's */
+	ls->on_accept((struct perch_listener *)ls, c, ls->accept_arg);
+}
+
+/* ================= listening ================= */
+
+/* Puts a listener in the loop's table and starts accepting: 0, -ENOMEM, or -ECANCELED while the loop is freed. */
+static int listener_insert(struct perch_loop *loop, struct perch__sock *ls)
+{
+	/* Run by perch_loop_free's last drain (as connect_start is): nothing would ever close it. */
+	if (loop->freeing)
+		return -ECANCELED;
+	int rc = perch__table_insert(loop, ls);
+	if (rc == 0)
+		loop->be->accept(ls);
+	return rc;
+}
+
+/*
+ * A listen queued from outside the loop's turns, whose caller already
+ * holds the listener. If the insert fails (no room, or the loop is being
+ * freed) its socket is closed (nothing would accept on it) and the struct
+ * waits on loop->dropped for perch_listener_close or the loop's free.
+ */
+static void run_posted_listen(struct perch_loop *loop, struct perch__msg *m)
+{
+	struct perch__sock *ls = perch__container_of(m, struct perch__sock, listen_msg);
+	ls->listen_pending = false;
+	if (ls->closing) {
+		/* Closed inside an earlier turn's callback, before this ran: perch__sock_start_close left it here. */
+		close(ls->fd);
+		free(ls);
+		return;
+	}
+	int rc = listener_insert(loop, ls);
+	if (rc != 0) {
+		fprintf(stderr, "perch: listener on port %d dropped: %s\n", ls->port,
+			rc == -ECANCELED ? "the loop is being freed" : "out of memory");
+		close(ls->fd);
+		ls->fd = -1;
+		ls->dropped_next = loop->dropped;
+		loop->dropped = ls;
+	}
+}
+
+static int listen_socket(const struct sockaddr_storage *ss, socklen_t len, int *port)
+{
+	int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	int one = 1;
+	struct sockaddr_storage bound;
+	socklen_t blen = sizeof(bound);
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0 ||
+	    (ss->ss_family == AF_INET6 &&
+	     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) != 0) ||
+	    bind(fd, (const struct sockaddr *)ss, len) != 0 || listen(fd, SOMAXCONN) != 0 ||
+	    getsockname(fd, (struct sockaddr *)&bound, &blen) != 0) {
+		int err = -errno;
+		close(fd);
+		return err;
+	}
+	*port = ntohs(ss->ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
+					       : ((struct sockaddr_in6 *)&bound)->sin6_port);
+	return fd;
+}
+
+int perch_listen(struct perch_loop *loop, const char *host, int port,
+		 const struct perch_conn_opts *opts, perch_accept_fn on_accept, void *arg,
+		 struct perch_listener **out)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	struct perch_conn_opts o;
+	if (!loop || !on_accept || !out || perch__addr_parse(host, port, &ss, &len) != 0 ||
+	    perch__conn_opts_resolve(opts, &o) != 0)
+		return -EINVAL;
+	struct perch_listener *l = calloc(1, sizeof(*l) + loop->be->sock_size);
+	if (!l)
+		return -ENOMEM;
+	struct perch__sock *ls = &l->sk;
+	int fd = listen_socket(&ss, len, &ls->port);
+	if (fd < 0) {
+		free(l);
+		return fd;
+	}
+	ls->loop = loop;
+	ls->kind = PERCH__SOCK_LISTENER;
+	ls->fd = fd;
+	ls->on_accept = on_accept;
+	ls->accept_arg = arg;
+	ls->accept_opts = o;
+	if (perch__loop_is_current(loop)) {
+		int rc = listener_insert(loop, ls);
+		if (rc != 0) {
+			close(fd);
+			free(l);
+			return rc;
+		}
+		*out = l;
+		return 0;
+	}
+	/* Marked before *out is: a loop thread that sees l (through the caller's own handoff) sees it pending. */
+	ls->listen_pending = true;
+	ls->listen_msg.run = run_posted_listen;
+	*out = l;
+	perch__inbox_push(loop, &ls->listen_msg);
+	return 0;
+}
+
+int perch_listener_port(const struct perch_listener *l)
+{
+	return l ? l->sk.port : -EINVAL;
+}
+
+static void run_posted_listener_close(struct perch_loop *loop, struct perch__msg *m)
+{
+	perch__sock_start_close(perch__container_of(m, struct perch__sock, close_msg));
+}
+
+int perch_listener_close(struct perch_listener *l)
+{
+	if (!l)
+		return -EINVAL;
+	struct perch__sock *ls = &l->sk;
+	if (perch__loop_is_current(ls->loop)) {
+		perch__sock_start_close(ls);
+		return 0;
+	}
+	ls->close_msg.run = run_posted_listener_close;
+	perch__inbox_push(ls->loop, &ls->close_msg);
+	return 0;
+}
+

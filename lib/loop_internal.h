@@ -1,0 +1,96 @@
+/* lib/loop_internal.h: what the loop's files (loop, inbox, sock, recv, send, listen, connect) share with each other. */
+#ifndef PERCH_LIB_LOOP_INTERNAL_H
+#define PERCH_LIB_LOOP_INTERNAL_H
+
+#include <stddef.h>
+
+#include "backend.h"
+
+/* The struct of `type` that holds `ptr` as its `member` (a posted message's carrier, say). */
+#define perch__container_of(ptr, type, member) \
+	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+/* ---- thread identity and the inbox (lib/inbox.c) ---- */
+
+/*
+ * The TLS model of a variable shared by the library's files: read as a
+ * static of one file would be (an extern defaults to initial-exec, a load
+ * more). Local-exec in code built for an executable (not PIC, or PIE),
+ * local-dynamic in code that may go in a shared object.
+ */
+#if defined(__PIE__) || !defined(__PIC__)
+#define PERCH__TLS_MODEL __attribute__((tls_model("local-exec")))
+#else
+#define PERCH__TLS_MODEL __attribute__((tls_model("local-dynamic")))
+#endif
+
+/*
+ * The loop this thread is running (inside run_once or free): "on the loop
+ * thread". Set and restored only by lib/loop.c's turns and free.
+ */
+extern __thread struct perch_loop *perch__current_loop
+	__attribute__((visibility("hidden"))) PERCH__TLS_MODEL;
+
+/* Any thread: whether this thread is running `loop` (false for NULL). perch_loop_is_current, inline. */
+static inline bool perch__loop_is_current(const struct perch_loop *loop)
+{
+	return loop && perch__current_loop == loop;
+}
+
+/*
+ * Any thread: posts m to the loop's inbox and wakes the loop; m runs on the
+ * loop thread and must stay valid until then. Safe against a concurrent
+ * perch_loop_free (which waits for it: perch__inbox_wait_posters).
+ */
+void perch__inbox_push(struct perch_loop *loop, struct perch__msg *m);
+/* Loop thread: runs everything posted so far in FIFO order; returns how many ran. */
+int perch__inbox_drain(struct perch_loop *loop);
+/* Loop thread, in perch_loop_free: returns once no thread is inside a post or a stop. */
+void perch__inbox_wait_posters(struct perch_loop *loop);
+
+/* ---- the socket table, options, sockets (lib/sock.c; loop thread unless said) ---- */
+
+/* The socket at slot/gen, or NULL when that generation has left the table (perch__loop_sock, inline). */
+static inline struct perch__sock *perch__table_lookup(struct perch_loop *loop, uint32_t slot,
+						      uint32_t gen)
+{
+	if (slot >= loop->cap || loop->gens[slot] != gen)
+		return NULL;
+	return loop->table[slot];
+}
+
+/* Puts s in the table (slot, gen, in_table set; live counted): 0, or -ENOMEM when it cannot grow. */
+int perch__table_insert(struct perch_loop *loop, struct perch__sock *s);
+/* Any thread: `in` (NULL: defaults) with every zero field resolved into *out; 0 or -EINVAL. */
+int perch__conn_opts_resolve(const struct perch_conn_opts *in, struct perch_conn_opts *out);
+/* Any thread: a numeric host and port as a sockaddr in *ss, its size in *len; 0 or -EINVAL. */
+int perch__addr_parse(const char *host, int port, struct sockaddr_storage *ss, socklen_t *len);
+/* Any thread: a connection socket over `fd` with the loop's reference on its conn; NULL: out of memory (fd left open). */
+struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd,
+					 const struct perch_conn_opts *opts);
+/* TCP_NODELAY unless the connection asked for Nagle's algorithm. */
+void perch__sock_set_nodelay(const struct perch__sock *s);
+/* Starts closing s, once: through the backend when in the table, else at once (a listener is freed). */
+void perch__sock_start_close(struct perch__sock *s);
+
+/* ---- the conn core's transport ops, kept by the file of their path (lib/sock.c holds the table) ---- */
+
+/* Any thread: a received segment goes back to its loop (lib/recv.c). */
+void perch__op_release_seg(struct perch_seg *seg);
+/* Any thread: hands a staged chain to the loop to send (lib/send.c). */
+void perch__op_send(struct perch_conn *c, struct perch__txbuf *chain);
+/* Any thread: a pooled staging buffer on the loop thread (new if the pool is empty), else NULL (lib/send.c). */
+struct perch__txbuf *perch__op_txbuf_get(struct perch_conn *c);
+/* Any thread: true when the pool took b back (loop thread, room left); else the caller frees it (lib/send.c). */
+bool perch__op_txbuf_put(struct perch_conn *c, struct perch__txbuf *b);
+/* perch_loop_free: frees the staging pool (lib/send.c). */
+void perch__txbuf_pool_free(struct perch_loop *loop);
+
+/* ---- accepting (lib/listen.c; loop thread) ---- */
+
+/* A socket closed (an fd is free) or the retry time passed: every paused listener tries again. */
+void perch__accept_resume(struct perch_loop *loop);
+/* loop->accept_retry's callback (arg: the loop): resumes the paused listeners. */
+void perch__accept_retry_due(struct perch_timer *t, void *arg);
+
+#endif /* PERCH_LIB_LOOP_INTERNAL_H */

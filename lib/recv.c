@@ -1,0 +1,110 @@
+/* lib/recv.c: the loop's side of receiving: segments queued on the connection, pausing and resuming for backpressure, buffers given back. */
+#include "config.h"
+
+#include <errno.h>
+
+#include "loop_internal.h"
+
+/* ================= receive: segments and backpressure ================= */
+
+bool perch__loop_recv_wanted(const struct perch__sock *s)
+{
+	return !s->closing && !s->rx_ended && !s->rx_paused;
+}
+
+/*
+ * Closed here: the close ran on the loop (closing), or the user closed the
+ * conn on another thread and the close is still on its way, or the conn
+ * failed. What the kernel still completes (bytes, FIN, RST) is not handed
+ * to it: a read after a close sees "closed" only.
+ */
+static bool locally_closed(const struct perch__sock *s)
+{
+	return s->closing || perch_conn_is_closed(s->conn);
+}
+
+void perch__loop_received(struct perch__sock *s, struct perch__rxseg *rs)
+{
+	struct perch_loop *loop = s->loop;
+	uint32_t len = rs->seg.len;
+	if (locally_closed(s)) {
+		loop->be->buf_release(loop, rs);
+		return;
+	}
+	rs->slot = s->slot;
+	rs->gen = s->gen;
+	s->unconsumed += len;
+	if (perch__conn_recv_arrived(s->conn, &rs->seg) != 0) {
+		s->unconsumed -= len;
+		loop->be->buf_release(loop, rs);
+		s->rx_ended = true;
+		loop->be->recv_pause(s);
+		perch__conn_failed(s->conn, -ENOMEM);
+		return;
+	}
+	/*
+	 * Inline, in this turn: a deferred pause would let the rest of this
+	 * batch (and the next) overfill the connection. What arrives before
+	 * the pause lands is still queued above, never dropped. The conn's
+	 * reader may have consumed (and even closed) inside recv_arrived: the
+	 * socket stays valid until the end of this completion.
+	 */
+	if (!s->rx_paused && s->unconsumed >= s->opts.pause_bytes) {
+		s->rx_paused = true;
+		loop->stats.recv_pauses++;
+		if (!s->closing)
+			loop->be->recv_pause(s);
+	}
+}
+
+void perch__loop_recv_ended(struct perch__sock *s, int res)
+{
+	if (s->rx_ended)
+		return;
+	s->rx_ended = true;
+	if (locally_closed(s))
+		return;
+	if (res == 0)
+		perch__conn_peer_closed(s->conn);
+	else
+		perch__conn_failed(s->conn, res);
+}
+
+static void maybe_resume(struct perch__sock *s)
+{
+	if (!s->rx_paused || s->unconsumed > s->opts.resume_bytes)
+		return;
+	s->rx_paused = false;
+	if (perch__loop_recv_wanted(s))
+		s->loop->be->recv_arm(s);
+}
+
+/* Loop thread: the buffer goes back; the socket it was lent to (if still there) may resume. */
+static void release_now(struct perch_loop *loop, struct perch__rxseg *rs)
+{
+	struct perch__sock *s = perch__table_lookup(loop, rs->slot, rs->gen);
+	uint32_t len = rs->seg.len;
+	loop->be->buf_release(loop, rs);
+	if (s && s->kind == PERCH__SOCK_CONN) {
+		s->unconsumed -= len;
+		maybe_resume(s);
+	}
+}
+
+static void run_posted_release(struct perch_loop *loop, struct perch__msg *m)
+{
+	release_now(loop, perch__container_of(m, struct perch__rxseg, release));
+}
+
+/* The conn core's release_seg: at once on the loop thread, else posted on the segment's own message. */
+void perch__op_release_seg(struct perch_seg *seg)
+{
+	struct perch__rxseg *rs = (struct perch__rxseg *)seg;
+	struct perch_loop *loop = seg->owner;
+	if (perch__loop_is_current(loop)) {
+		release_now(loop, rs);
+		return;
+	}
+	rs->release.run = run_posted_release;
+	perch__inbox_push(loop, &rs->release);
+}

@@ -1,0 +1,345 @@
+/* lib/sock.c: the loop's sockets: the table, connection options and addresses, creating and closing, and the conn core's transport ops. */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "invariant.h"
+#include "loop_internal.h"
+
+#define DEFAULT_PAUSE_BYTES (256u * 1024)
+
+static const struct perch__transport_ops loop_conn_ops;
+
+/* ================= socket table (loop thread) ================= */
+
+#define GEN_MASK 0xffffffu         /* generations fit the backend's 24-bit tag */
+
+static int table_grow(struct perch_loop *loop)
+{
+	uint32_t cap = loop->cap ? loop->cap * 2 : 64;
+	struct perch__sock **table = realloc(loop->table, cap * sizeof(*table));
+	if (!table)
+		return -ENOMEM;
+	loop->table = table;
+	uint32_t *gens = realloc(loop->gens, cap * sizeof(*gens));
+	if (!gens)
+		return -ENOMEM;
+	loop->gens = gens;
+	uint32_t *free_slots = realloc(loop->free_slots, cap * sizeof(*free_slots));
+	if (!free_slots)
+		return -ENOMEM;
+	loop->free_slots = free_slots;
+	/* Pushed high to low so the lowest slots are used first. */
+	for (uint32_t i = cap; i > loop->cap; i--) {
+		table[i - 1] = NULL;
+		gens[i - 1] = 0;
+		free_slots[loop->nfree++] = i - 1;
+	}
+	loop->cap = cap;
+	return 0;
+}
+
+int perch__table_insert(struct perch_loop *loop, struct perch__sock *s)
+{
+	if (loop->nfree == 0 && table_grow(loop) != 0)
+		return -ENOMEM;
+	uint32_t slot = loop->free_slots[--loop->nfree];
+	loop->table[slot] = s;
+	s->slot = slot;
+	s->gen = loop->gens[slot];
+	s->in_table = true;
+	loop->live++;
+	return 0;
+}
+
+static void table_remove(struct perch_loop *loop, struct perch__sock *s)
+{
+	loop->table[s->slot] = NULL;
+	/* Completions and releases still tagged with the old generation are dropped. */
+	loop->gens[s->slot] = (loop->gens[s->slot] + 1) & GEN_MASK;
+	loop->free_slots[loop->nfree++] = s->slot;
+	loop->live--;
+	s->in_table = false;
+}
+
+struct perch__sock *perch__loop_sock(struct perch_loop *loop, uint32_t slot, uint32_t gen)
+{
+	return perch__table_lookup(loop, slot, gen);
+}
+
+void perch__park(struct perch__park_list *l, struct perch__sock *s)
+{
+	PERCH_ASSERT(!s->parked);
+	s->parked = true;
+	s->park_next = NULL;
+	if (l->tail)
+		l->tail->park_next = s;
+	else
+		l->head = s;
+	l->tail = s;
+}
+
+bool perch__unpark(struct perch__park_list *l, struct perch__sock *s)
+{
+	if (!s->parked)
+		return false;
+	struct perch__sock **pp = &l->head, *prev = NULL;
+	while (*pp != s) {
+		PERCH_ASSERT(*pp != NULL); /* a parked socket is on its list */
+		prev = *pp;
+		pp = &(*pp)->park_next;
+	}
+	*pp = s->park_next;
+	if (l->tail == s)
+		l->tail = prev;
+	s->park_next = NULL;
+	s->parked = false;
+	return true;
+}
+
+/* ================= sockets: options, addresses, creation ================= */
+
+int perch__conn_opts_resolve(const struct perch_conn_opts *in, struct perch_conn_opts *out)
+{
+	struct perch_conn_opts o = in ? *in : (struct perch_conn_opts){ 0 };
+	if (o.recv_mode < PERCH_RECV_DEFAULT || o.recv_mode > PERCH_RECV_SINGLESHOT)
+		return -EINVAL;
+	if (o.recv_mode == PERCH_RECV_DEFAULT)
+		o.recv_mode = PERCH_RECV_MULTISHOT;
+	if (o.pause_bytes == 0)
+		o.pause_bytes = DEFAULT_PAUSE_BYTES;
+	if (o.resume_bytes == 0)
+		o.resume_bytes = o.pause_bytes / 4;
+	if (o.resume_bytes >= o.pause_bytes || o.connect_timeout_ms > PERCH_CONNECT_TIMEOUT_MAX_MS)
+		return -EINVAL;
+	*out = o;
+	return 0;
+}
+
+/* Numeric host + port -> sockaddr. Returns 0 or -EINVAL. */
+int perch__addr_parse(const char *host, int port, struct sockaddr_storage *ss, socklen_t *len)
+{
+	if (!host || port < 0 || port > 65535)
+		return -EINVAL;
+	memset(ss, 0, sizeof(*ss));
+	struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+	if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+		in4->sin_family = AF_INET;
+		in4->sin_port = htons((uint16_t)port);
+		*len = sizeof(*in4);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons((uint16_t)port);
+		*len = sizeof(*in6);
+		return 0;
+	}
+	return -EINVAL;
+}
+
+/* A connection socket over `fd`, with the loop's reference on its conn. Any thread. */
+struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd,
+					 const struct perch_conn_opts *opts)
+{
+	struct perch__sock *s = calloc(1, sizeof(*s) + loop->be->sock_size);
+	if (!s)
+		return NULL;
+	s->loop = loop;
+	s->kind = PERCH__SOCK_CONN;
+	s->fd = fd;
+	s->opts = *opts;
+	s->conn = perch__conn_new(&loop_conn_ops, s);
+	if (!s->conn) {
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
+/*
+ * TCP_NODELAY unless the connection asked to keep Nagle's algorithm
+ * (perch_conn_opts.nagle). A failure is ignored: it can only come from a
+ * socket that is not TCP, and the connection works either way.
+ */
+void perch__sock_set_nodelay(const struct perch__sock *s)
+{
+	int one = 1;
+	if (!s->opts.nagle)
+		setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* ================= closing ================= */
+
+/* Takes a listener off loop->dropped, if it was never inserted. */
+static void undrop(struct perch_loop *loop, struct perch__sock *ls)
+{
+	for (struct perch__sock **p = &loop->dropped; *p; p = &(*p)->dropped_next) {
+		if (*p == ls) {
+			*p = ls->dropped_next;
+			return;
+		}
+	}
+}
+
+void perch__sock_start_close(struct perch__sock *s)
+{
+	if (s->closing)
+		return;
+	s->closing = true;
+	if (s->in_table) {
+		s->loop->be->close(s);
+		return;
+	}
+	/* Its posted insert has not run yet, and frees it when it does (its message is still queued). */
+	if (s->kind == PERCH__SOCK_LISTENER && s->listen_pending)
+		return;
+	/* Never reached the backend: nothing in flight (a listener dropped for want of memory has no fd). */
+	if (s->fd >= 0)
+		close(s->fd);
+	if (s->kind == PERCH__SOCK_LISTENER) {
+		undrop(s->loop, s);
+		free(s);
+	}
+}
+
+void perch__loop_abandon_all(struct perch_loop *loop, void (*settle)(struct perch__sock *s))
+{
+	for (uint32_t i = 0; i < loop->cap; i++) {
+		struct perch__sock *s = loop->table[i];
+		if (!s)
+			continue;
+		s->closing = true;
+		settle(s);
+		if (s->kind == PERCH__SOCK_CONN && s->on_connected)
+			perch__loop_connected(s, -ECANCELED);
+		close(s->fd);
+		perch__loop_sock_closed(s);
+	}
+}
+
+void perch__loop_sock_closed(struct perch__sock *s)
+{
+	perch__timer_disarm(&s->connect_timer); /* the connect was answered first; never left for a freed socket */
+	table_remove(s->loop, s);
+	/*
+	 * Its fd is closed: a listener paused for want of one may have it. This
+	 * also empties the paused list before a closing listener is freed below
+	 * (resume skips it): a paused listener is in the table, so this is the
+	 * only place it is freed.
+	 */
+	if (s->loop->accept_paused)
+		perch__accept_resume(s->loop);
+	if (s->kind == PERCH__SOCK_LISTENER) {
+		free(s);
+		return;
+	}
+	/* The loop's reference: the last one frees the socket (op_destroy). */
+	perch__conn_unref(s->conn);
+}
+
+/* ================= the conn core's transport ops ================= */
+
+/*
+ * Runs a connection's call on its loop thread: at once when already there,
+ * else posted as m. The caller holds a reference only for the call; the one
+ * taken here keeps s alive while m waits, and run_posted drops it.
+ */
+static void call_on_loop(struct perch__sock *s, struct perch__msg *m, perch__msg_fn run_posted,
+			 void (*call)(struct perch__sock *s))
+{
+	if (perch__loop_is_current(s->loop)) {
+		call(s);
+		return;
+	}
+	perch__conn_ref(s->conn);
+	m->run = run_posted;
+	perch__inbox_push(s->loop, m);
+}
+
+/* The posted half of call_on_loop: the call, then the reference it took (which may free s). */
+static void run_posted_call(struct perch__sock *s, void (*call)(struct perch__sock *s))
+{
+	struct perch_conn *c = s->conn;
+	call(s);
+	perch__conn_unref(c);
+}
+
+static void run_posted_close(struct perch_loop *loop, struct perch__msg *m)
+{
+	run_posted_call(perch__container_of(m, struct perch__sock, close_msg), perch__sock_start_close);
+}
+
+static void op_close(struct perch_conn *c)
+{
+	struct perch__sock *s = c->transport;
+	call_on_loop(s, &s->close_msg, run_posted_close, perch__sock_start_close);
+}
+
+/* A close whose fd goes with a reset: SO_LINGER 0 makes the kernel's last release send an RST. */
+static void start_abort(struct perch__sock *s)
+{
+	if (!s->closing) {
+		struct linger now = { .l_onoff = 1, .l_linger = 0 };
+		setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
+	}
+	perch__sock_start_close(s);
+}
+
+static void run_posted_abort(struct perch_loop *loop, struct perch__msg *m)
+{
+	run_posted_call(perch__container_of(m, struct perch__sock, close_msg), start_abort);
+}
+
+/* The core calls close or abort once per connection: they share the close's message. */
+static void op_abort(struct perch_conn *c)
+{
+	struct perch__sock *s = c->transport;
+	call_on_loop(s, &s->close_msg, run_posted_abort, start_abort);
+}
+
+static void op_destroy(struct perch_conn *c)
+{
+	free(c->transport);
+}
+
+/*
+ * On the loop thread only, where the fd cannot be closed under the call:
+ * a socket already closing keeps its close's cancel. An error (the peer
+ * reset) is the reader's to see, from its receive.
+ */
+static void shutdown_write(struct perch__sock *s)
+{
+	if (!s->closing)
+		shutdown(s->fd, SHUT_WR);
+}
+
+static void run_posted_shutdown(struct perch_loop *loop, struct perch__msg *m)
+{
+	run_posted_call(perch__container_of(m, struct perch__sock, shutdown_msg),
+			shutdown_write);
+}
+
+/* The core calls it once per connection, with no send in flight: nothing is queued before the FIN. */
+static void op_shutdown(struct perch_conn *c)
+{
+	struct perch__sock *s = c->transport;
+	call_on_loop(s, &s->shutdown_msg, run_posted_shutdown, shutdown_write);
+}
+
+static const struct perch__transport_ops loop_conn_ops = {
+	.send = perch__op_send,
+	.release_seg = perch__op_release_seg,
+	.close = op_close,
+	.abort = op_abort,
+	.shutdown = op_shutdown,
+	.destroy = op_destroy,
+	.txbuf_get = perch__op_txbuf_get,
+	.txbuf_put = perch__op_txbuf_put,
+};
