@@ -108,8 +108,12 @@ static inline void *perch__sock_be(struct perch__sock *s)
  * operation is started on the loop thread.
  */
 struct perch__backend {
-	const char *name;
+	const char *name;            /* perch_loop_backend_name */
+	const char *env_name;        /* what $PERCH_BACKEND says for it (its name works too) */
+	enum perch_backend id;       /* what perch_loop_opts.backend says for it */
 	size_t sock_size;            /* its state for each socket (perch__sock_be) */
+	/* Optional: a refusal's cause (-EPERM, -ENOSYS, -ENOMEM from init) in words, for the log. */
+	const char *(*refusal_cause)(int err);
 	/*
 	 * Sets loop->be_state; watches loop->wake_fd (readable: perch__loop_woken).
 	 * Returns 0 or -errno; when the kernel refused it, loop->be_refused_at

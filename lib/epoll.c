@@ -628,6 +628,8 @@ static int epoll_poll(struct perch_loop *loop, int timeout_ms)
 
 const struct perch__backend perch__epoll_backend = {
 	.name = "epoll",
+	.env_name = "epoll",
+	.id = PERCH_BACKEND_EPOLL,
 	.sock_size = sizeof(struct esock),
 	.init = epoll_init,
 	.destroy = epoll_destroy,

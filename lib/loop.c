@@ -16,7 +16,14 @@
 
 /* ================= options and the backend ================= */
 
-/* DEFAULT resolves through $PERCH_BACKEND; an unknown name is -EINVAL. */
+/* Every backend, in the order the default tries them: a new one is one file and one row. */
+static const struct perch__backend *const backends[] = {
+	&perch__uring_backend,
+	&perch__epoll_backend,
+};
+#define NBACKENDS (sizeof(backends) / sizeof(backends[0]))
+
+/* DEFAULT resolves through $PERCH_BACKEND (a row's env_name or name); an unknown one is -EINVAL. */
 static int resolve_backend(enum perch_backend *b)
 {
 	if (*b < PERCH_BACKEND_DEFAULT || *b > PERCH_BACKEND_EPOLL)
@@ -24,13 +31,13 @@ static int resolve_backend(enum perch_backend *b)
 	const char *env = getenv("PERCH_BACKEND");
 	if (*b != PERCH_BACKEND_DEFAULT || !env || !*env)
 		return 0;
-	if (strcmp(env, "uring") == 0 || strcmp(env, "io_uring") == 0)
-		*b = PERCH_BACKEND_URING;
-	else if (strcmp(env, "epoll") == 0)
-		*b = PERCH_BACKEND_EPOLL;
-	else
-		return -EINVAL;
-	return 0;
+	for (size_t i = 0; i < NBACKENDS; i++) {
+		if (strcmp(env, backends[i]->env_name) == 0 || strcmp(env, backends[i]->name) == 0) {
+			*b = backends[i]->id;
+			return 0;
+		}
+	}
+	return -EINVAL;
 }
 
 static int resolve_loop_opts(const struct perch_loop_opts *in, struct perch_loop_opts *o)
@@ -50,37 +57,40 @@ static int resolve_loop_opts(const struct perch_loop_opts *in, struct perch_loop
 	return resolve_backend(&o->backend);
 }
 
-static const char *refusal_cause(int err)
+/* What the kernel says when it will not run a backend here (seccomp, a disabled feature, a limit). */
+static bool refused(int rc)
 {
-	switch (err) {
-	case -EPERM: return "not permitted (kernel.io_uring_disabled, seccomp, or a container policy)";
-	case -ENOSYS: return "not supported by this kernel";
-	case -ENOMEM: return "out of locked memory for the ring (RLIMIT_MEMLOCK)";
-	default: return strerror(-err);
-	}
+	return rc == -EPERM || rc == -ENOSYS || rc == -ENOMEM;
 }
 
 /*
- * io_uring unless epoll was asked for. A refusal (EPERM, ENOSYS, ENOMEM)
- * is logged in one line; with the default backend the loop then runs on
- * epoll, an explicit io_uring request fails with the error.
+ * The backend asked for, or with the default the first of the table that
+ * the kernel accepts. A refusal is logged in one line, naming the call
+ * and the next backend tried; an explicit request fails with it. Other
+ * errors are not refusals and fail as they are.
  */
 static int backend_init(struct perch_loop *loop)
 {
-	if (loop->opts.backend != PERCH_BACKEND_EPOLL) {
-		loop->be = &perch__uring_backend;
-		int rc = loop->be->init(loop, &loop->opts);
-		bool refused = rc == -EPERM || rc == -ENOSYS || rc == -ENOMEM;
-		bool fall_back = refused && loop->opts.backend == PERCH_BACKEND_DEFAULT;
-		if (refused)
-			fprintf(stderr, "perch: io_uring refused: %s: %s%s\n",
-				loop->be_refused_at ? loop->be_refused_at : "setup", refusal_cause(rc),
-				fall_back ? "; using epoll" : "");
-		if (!fall_back)
+	bool any = loop->opts.backend == PERCH_BACKEND_DEFAULT;
+	int rc = -EINVAL;
+	for (size_t i = 0; i < NBACKENDS; i++) {
+		const struct perch__backend *be = backends[i];
+		if (!any && be->id != loop->opts.backend)
+			continue;
+		loop->be = be;
+		loop->be_refused_at = NULL;
+		rc = be->init(loop, &loop->opts);
+		if (rc == 0 || !refused(rc))
+			return rc;
+		const struct perch__backend *next = any && i + 1 < NBACKENDS ? backends[i + 1] : NULL;
+		fprintf(stderr, "perch: %s refused: %s: %s%s%s\n", be->name,
+			loop->be_refused_at ? loop->be_refused_at : "setup",
+			be->refusal_cause ? be->refusal_cause(rc) : strerror(-rc), next ? "; using " : "",
+			next ? next->name : "");
+		if (!next)
 			return rc;
 	}
-	loop->be = &perch__epoll_backend;
-	return loop->be->init(loop, &loop->opts);
+	return rc;
 }
 
 int perch_loop_new(const struct perch_loop_opts *opts, struct perch_loop **out)

@@ -747,8 +747,22 @@ static int uring_poll(struct perch_loop *loop, int timeout_ms)
 	return seen;
 }
 
+/* What a refusal of io_uring means here, for the loop's one log line. */
+static const char *uring_refusal_cause(int err)
+{
+	switch (err) {
+	case -EPERM: return "not permitted (kernel.io_uring_disabled, seccomp, or a container policy)";
+	case -ENOSYS: return "not supported by this kernel";
+	case -ENOMEM: return "out of locked memory for the ring (RLIMIT_MEMLOCK)";
+	default: return strerror(-err);
+	}
+}
+
 const struct perch__backend perch__uring_backend = {
 	.name = "io_uring",
+	.env_name = "uring",
+	.id = PERCH_BACKEND_URING,
+	.refusal_cause = uring_refusal_cause,
 	.sock_size = sizeof(struct usock),
 	.init = uring_init,
 	.destroy = uring_destroy,
