@@ -1,0 +1,104 @@
+/* lib/uring_bufs.c: the provided-buffer ring: a warm ring of buffers that grows under a burst and shrinks once quiet. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "uring_internal.h"
+
+/* A new window of RING_SHRINK_POLLS polls in which the ring must stay quiet to shrink. */
+static void shrink_window_restart(struct uring *u)
+{
+	u->polls_since_check = 0;
+	u->ring_low = u->ring_free;
+	u->parks_at_check = u->loop->stats.enobufs_parks;
+}
+
+/*
+ * The ring ran dry, or connections wait for more buffers than it has,
+ * while buffers wait on the spare stack: the busiest moment needs more,
+ * so the target doubles (perch__uring_ring_maybe_shrink halves it once quiet again)
+ * and the ring is topped up. Returns how many buffers went in.
+ */
+uint32_t perch__uring_ring_grow(struct uring *u)
+{
+	if (u->nspare == 0 || u->ring_target == u->nbufs)
+		return 0;
+	uint32_t before = u->ring_free;
+	/* From what it holds: after a shrink the ring may hold more than its target. */
+	uint32_t from = u->ring_free > u->ring_target ? u->ring_free : u->ring_target;
+	u->ring_target = from * 2 < u->nbufs ? from * 2 : u->nbufs;
+	u->loop->stats.ring_target = u->ring_target;
+	perch__uring_ring_refill(u);
+	shrink_window_restart(u); /* a ring that just grew is not quiet */
+	return u->ring_free - before;
+}
+
+/*
+ * A ring that grew for a burst goes back towards RING_TARGET_MIN once the
+ * burst is over: when, for RING_SHRINK_POLLS polls, it never had fewer
+ * than half its buffers free and no connection waited, the target halves.
+ * Nothing is taken out: the extra buffers leave as the kernel uses them,
+ * since returns then go to the spare stack until the ring is back at its
+ * target.
+ */
+void perch__uring_ring_maybe_shrink(struct uring *u)
+{
+	if (++u->polls_since_check < RING_SHRINK_POLLS)
+		return;
+	/*
+	 * Quiet: never below half its buffers free (perch's count, which may
+	 * lag the kernel's: so also no ENOBUFS, the kernel's own word), no
+	 * connection parked, and the last halving done (no leftover beyond
+	 * the target to make it look idle).
+	 */
+	if (u->ring_target > RING_TARGET_MIN && u->ring_low >= u->ring_target / 2 &&
+	    u->ring_free <= u->ring_target && u->loop->stats.enobufs_parks == u->parks_at_check &&
+	    !u->parked.head) {
+		u->ring_target /= 2;
+		u->loop->stats.ring_target = u->ring_target;
+	}
+	shrink_window_restart(u);
+}
+
+/* liburing 2.3 has no io_uring_setup_buf_ring: map the ring ourselves and register it. */
+int perch__uring_bufs_setup(struct perch_loop *loop, struct uring *u, uint32_t count, uint32_t size)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	u->nbufs = count;
+	u->buf_size = size;
+	u->mask = (uint32_t)io_uring_buf_ring_mask(count);
+	u->br_bytes = ((count * sizeof(struct io_uring_buf)) + (size_t)page - 1) & ~((size_t)page - 1);
+	if (posix_memalign((void **)&u->br, (size_t)page, u->br_bytes) != 0)
+		return -ENOMEM;
+	if (posix_memalign((void **)&u->bufs, (size_t)page, (size_t)count * size) != 0)
+		return -ENOMEM;
+	u->segs = calloc(count, sizeof(*u->segs));
+	u->spare = malloc(count * sizeof(*u->spare));
+	if (!u->segs || !u->spare)
+		return -ENOMEM;
+	memset(u->br, 0, u->br_bytes);
+	io_uring_buf_ring_init(u->br);
+	struct io_uring_buf_reg reg = {
+		.ring_addr = (unsigned long)u->br,
+		.ring_entries = count,
+		.bgid = BGID,
+	};
+	int rc = io_uring_register_buf_ring(&u->ring, &reg, 0);
+	if (rc != 0) {
+		loop->be_refused_at = "io_uring_register_buf_ring";
+		return rc;
+	}
+	/* Low ids on top of the spare stack, so the ring starts with 0, 1, 2... */
+	for (uint32_t i = 0; i < count; i++)
+		u->spare[i] = count - 1 - i;
+	u->nspare = count;
+	u->ring_target = count < RING_TARGET_MIN ? count : RING_TARGET_MIN;
+	u->loop = loop;
+	loop->stats.ring_target = u->ring_target;
+	perch__uring_ring_refill(u);
+	shrink_window_restart(u);
+	return 0;
+}

@@ -1,0 +1,153 @@
+/* lib/uring_internal.h: the io_uring backend's own state and what its three files share (uring.c, uring_bufs.c, uring_ops.c). */
+#ifndef PERCH_LIB_URING_INTERNAL_H
+#define PERCH_LIB_URING_INTERNAL_H
+
+#include <liburing.h>
+
+#include "backend.h"
+#include "invariant.h"
+
+#define BGID 0                 /* one buffer group per ring, so per loop */
+#define CQE_BATCH 64
+#define MAX_BATCHES 16         /* per poll: then let the caller's turn end (posted work, stop) */
+#define RING_TARGET_MIN 64     /* the ring starts with this many (doubled when short, halved back once quiet) */
+#define RING_SHRINK_POLLS 1024 /* polls (not time) in which a ring never used half its buffers, before it halves */
+#define SQE_RETRIES 16         /* submits a full SQ tries, each after emptying the CQ, before the ring is broken */
+
+/* user_data: op (8 bits) | generation (24 bits) | slot (32 bits). */
+enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL, OP_PAUSE_CANCEL };
+
+#define UD(op, s) (((uint64_t)(op) << 56) | ((uint64_t)((s)->gen & 0xffffff) << 32) | (s)->slot)
+#define UD_OP(ud) ((unsigned)((ud) >> 56))
+#define UD_GEN(ud) ((uint32_t)((ud) >> 32) & 0xffffff)
+#define UD_SLOT(ud) ((uint32_t)(ud))
+
+/* usock.flags */
+#define F_RECV        1u   /* a recv is in flight */
+#define F_RECV_MS     2u   /* ... and it is multishot */
+#define F_RECV_CANCEL 4u   /* a pause's cancel for it is in flight */
+#define F_ACCEPT      8u   /* a listener's multishot accept is in flight */
+#define F_SEND       16u   /* a send is in flight */
+
+/* This backend's state for one socket, kept after the loop's (perch__sock_be). */
+struct usock {
+	uint32_t inflight;           /* operations whose last completion has not come */
+	uint32_t flags;              /* F_* */
+	struct msghdr msg;           /* a send of several buffers */
+	struct iovec iov[PERCH__TX_IOV];
+};
+
+static inline struct usock *us_of(struct perch__sock *s)
+{
+	return perch__sock_be(s);
+}
+
+struct uring {
+	struct io_uring ring;
+	struct perch_loop *loop;
+	bool needs_enable;           /* created disabled: the first poll enables it (binds the thread) */
+	int broken;                  /* the kernel refused the ring for good (-errno): no SQE, the poll returns it */
+	struct io_uring_buf_ring *br;
+	size_t br_bytes;
+	uint8_t *bufs;
+	struct perch__rxseg *segs;   /* one per buffer id */
+	uint32_t nbufs, buf_size, mask;
+	uint32_t ring_free;          /* buffers in the ring now */
+	/*
+	 * The kernel takes a ring's buffers in the order they went in, so a
+	 * ring of all buf_count buffers makes each receive land in the one
+	 * used longest ago (cold in the cache). The ring holds ring_target
+	 * of them (more for a while after a shrink, until the kernel has
+	 * used the extra ones); the rest wait on `spare`, the most recently
+	 * returned on top, and go in warmest first.
+	 */
+	uint32_t ring_target;
+	uint32_t *spare;
+	uint32_t nspare;
+	bool grew_this_poll;         /* an ENOBUFS grows the ring once a poll, not once a CQE */
+	uint32_t ring_low;           /* the fewest free buffers in the ring since the last shrink check */
+	uint32_t polls_since_check;
+	uint64_t parks_at_check;     /* stats.enobufs_parks then: an ENOBUFS since means not quiet */
+	struct perch__park_list parked; /* ENOBUFS, FIFO: first parked, first served */
+	uint64_t wake_val;
+	struct cqe_copy *backlog;    /* CQEs taken off a full CQ to free it, not yet dispatched */
+	size_t nbacklog, capbacklog;
+};
+
+struct cqe_copy {
+	uint64_t ud;
+	int res;
+	uint32_t flags;
+};
+
+static inline struct uring *st_of(struct perch_loop *loop)
+{
+	return loop->be_state;
+}
+
+
+/* ---- the provided-buffer ring (lib/uring_bufs.c) ---- */
+
+/* Writes entry `offset` past the ring's tail; io_uring_buf_ring_advance publishes it. */
+static inline void perch__uring_buf_add(struct uring *u, uint32_t bid, int offset)
+{
+	io_uring_buf_ring_add(u->br, u->bufs + (size_t)bid * u->buf_size, u->buf_size, (unsigned short)bid,
+			      (int)u->mask, offset);
+	u->ring_free++;
+}
+
+/* Tops the ring up to its target from the spare stack, warmest first, and publishes the entries. */
+static inline void perch__uring_ring_refill(struct uring *u)
+{
+	int n = 0;
+	while (u->ring_free < u->ring_target && u->nspare > 0)
+		perch__uring_buf_add(u, u->spare[--u->nspare], n++);
+	if (n > 0)
+		io_uring_buf_ring_advance(u->br, n); /* a release store of the tail */
+}
+
+/* The kernel took a buffer from the ring (a CQE says which). */
+static inline void perch__uring_buf_taken(struct uring *u)
+{
+	u->ring_free--;
+	if (u->ring_free < u->ring_low)
+		u->ring_low = u->ring_free;
+}
+
+/* A buffer back from the kernel or a reader: on top of the spare stack, into the ring if it is short. */
+static inline void perch__uring_buf_return(struct uring *u, uint32_t bid)
+{
+	PERCH_ASSERT(u->nspare < u->nbufs); /* each buffer is in the ring, a reader's or spare: never returned twice */
+	u->spare[u->nspare++] = bid;
+	perch__uring_ring_refill(u);
+}
+
+/* Maps and registers the ring of `count` buffers of `size` (liburing 2.3 has no setup helper). */
+int perch__uring_bufs_setup(struct perch_loop *loop, struct uring *u, uint32_t count, uint32_t size);
+/* The ring ran short while spares wait: doubles the target, tops up. Returns how many went in. */
+uint32_t perch__uring_ring_grow(struct uring *u);
+/* Once a poll: halves the target after RING_SHRINK_POLLS quiet polls. */
+void perch__uring_ring_maybe_shrink(struct uring *u);
+
+/* ---- submissions (lib/uring.c) ---- */
+
+/* An SQE, or NULL once the ring is broken (the caller starts nothing). */
+struct io_uring_sqe *perch__uring_sqe_get(struct uring *u);
+
+/* ---- socket operations and their completions (lib/uring_ops.c) ---- */
+
+void perch__uring_recv_arm(struct perch__sock *s);
+void perch__uring_recv_pause(struct perch__sock *s);
+void perch__uring_send(struct perch__sock *s);
+void perch__uring_accept(struct perch__sock *s);
+void perch__uring_accept_pause(struct perch__sock *s);
+void perch__uring_connect(struct perch__sock *s);
+void perch__uring_close(struct perch__sock *s);
+void perch__uring_buf_release(struct perch_loop *loop, struct perch__rxseg *rs);
+/* Buffers came back: re-arms parked connections while the ring has buffers for them. */
+void perch__uring_serve_parked(struct uring *u);
+/* A recv CQE (`last`: no F_MORE) and a listener's accept CQE. */
+void perch__uring_on_recv(struct uring *u, struct perch__sock *s, int res, uint32_t flags, bool last);
+void perch__uring_on_accept(struct perch__sock *s, int res, bool last);
+
+#endif /* PERCH_LIB_URING_INTERNAL_H */

@@ -1,0 +1,246 @@
+/* lib/uring_ops.c: the io_uring backend's socket operations (one SQE each) and their completions. */
+#include "config.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "uring_internal.h"
+
+/* ================= the ENOBUFS park list ================= */
+
+/*
+ * Buffers came back: re-arm parked connections, first parked first, no
+ * more of them than there are buffers in the ring (each can take at least
+ * one), the ring growing while any are held back. So a connection waits
+ * only while every buffer is taken. One that loses the race for them
+ * parks again at the tail, so no connection starves and nothing spins.
+ * One that takes none (its recv ends on a FIN, an error or a cancel
+ * without a buffer) leaves its share unused: perch__uring_on_recv serves the list again
+ * then, while the ring has a free buffer.
+ */
+void perch__uring_serve_parked(struct uring *u)
+{
+	uint32_t budget = u->ring_free;
+	while (u->parked.head) {
+		struct perch__sock *s = u->parked.head;
+		/* Paused, ended or closing: it waits for nothing here (a resume arms it), and grows nothing. */
+		if (!perch__loop_recv_wanted(s)) {
+			perch__unpark(&u->parked, s);
+			continue;
+		}
+		if (budget == 0 && (budget = perch__uring_ring_grow(u)) == 0)
+			return; /* every buffer is taken: a return serves the list again */
+		perch__unpark(&u->parked, s);
+		perch__uring_recv_arm(s);
+		budget--;
+	}
+}
+
+void perch__uring_buf_release(struct perch_loop *loop, struct perch__rxseg *rs)
+{
+	struct uring *u = st_of(loop);
+	perch__uring_buf_return(u, rs->seg.buf_id);
+	perch__uring_serve_parked(u);
+}
+
+/* ================= socket operations ================= */
+
+/*
+ * Whether a multishot recv skips waiting for readability (POLL_FIRST):
+ * only over bytes already queued. Waiting first keeps an idle connection
+ * from taking a buffer (so from parking); but a multishot armed with it
+ * over bytes and a reset that both came first may never report the reset
+ * (doc/loop.md, "The receive ring"). Single-shot recvs always wait.
+ */
+static bool bytes_waiting_for_multishot(const struct perch__sock *s)
+{
+	int queued = 0;
+	return s->opts.recv_mode != PERCH_RECV_SINGLESHOT && ioctl(s->fd, FIONREAD, &queued) == 0 &&
+	       queued > 0;
+}
+
+void perch__uring_recv_arm(struct perch__sock *s)
+{
+	struct uring *u = st_of(s->loop);
+	struct usock *us = us_of(s);
+	if (s->closing || (us->flags & F_RECV))
+		return; /* in flight already: its last completion re-arms if still wanted */
+	if (s->parked) {
+		/*
+		 * Parked, and (say) resumed from a pause: a free buffer that no
+		 * one took is its to try. None free means none spare either:
+		 * perch__uring_serve_parked grows the ring before it leaves anyone parked.
+		 */
+		if (u->ring_free == 0)
+			return;
+	}
+	struct io_uring_sqe *sqe = perch__uring_sqe_get(u);
+	if (!sqe)
+		return; /* the ring is broken: the poll reports it */
+	perch__unpark(&u->parked, s);
+	if (s->opts.recv_mode == PERCH_RECV_SINGLESHOT) {
+		io_uring_prep_recv(sqe, s->fd, NULL, 0, 0);
+		us->flags |= F_RECV;
+	} else {
+		io_uring_prep_recv_multishot(sqe, s->fd, NULL, 0, 0);
+		us->flags |= F_RECV | F_RECV_MS;
+	}
+	sqe->flags |= IOSQE_BUFFER_SELECT;
+	if (!bytes_waiting_for_multishot(s))
+		sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
+	sqe->buf_group = BGID;
+	io_uring_sqe_set_data64(sqe, UD(OP_RECV, s));
+	us->inflight++;
+}
+
+void perch__uring_recv_pause(struct perch__sock *s)
+{
+	struct uring *u = st_of(s->loop);
+	/* Single-shot: simply not re-armed. Multishot: cancel it; CQEs already on the way are kept. */
+	if ((us_of(s)->flags & (F_RECV | F_RECV_MS | F_RECV_CANCEL)) != (F_RECV | F_RECV_MS))
+		return;
+	struct io_uring_sqe *sqe = perch__uring_sqe_get(u);
+	if (!sqe)
+		return;
+	io_uring_prep_cancel64(sqe, UD(OP_RECV, s), 0);
+	io_uring_sqe_set_data64(sqe, UD(OP_PAUSE_CANCEL, s));
+	us_of(s)->flags |= F_RECV_CANCEL;
+	us_of(s)->inflight++;
+}
+
+void perch__uring_send(struct perch__sock *s)
+{
+	struct usock *us = us_of(s);
+	struct io_uring_sqe *sqe = perch__uring_sqe_get(st_of(s->loop));
+	if (!sqe)
+		return; /* the ring is broken: the send is settled when the loop is freed */
+	int n = perch__loop_tx_iov(s, us->iov, PERCH__TX_IOV);
+	if (n == 1) {
+		/* One buffer (a typical reply): a plain send spares the kernel copying a msghdr and importing an iovec. */
+		io_uring_prep_send(sqe, s->fd, us->iov[0].iov_base, us->iov[0].iov_len, MSG_NOSIGNAL);
+	} else {
+		memset(&us->msg, 0, sizeof(us->msg));
+		us->msg.msg_iov = us->iov;
+		us->msg.msg_iovlen = (size_t)n;
+		io_uring_prep_sendmsg(sqe, s->fd, &us->msg, MSG_NOSIGNAL);
+	}
+	io_uring_sqe_set_data64(sqe, UD(OP_SEND, s));
+	us->flags |= F_SEND;
+	us->inflight++;
+}
+
+void perch__uring_accept(struct perch__sock *s)
+{
+	struct uring *u = st_of(s->loop);
+	if (us_of(s)->flags & F_ACCEPT)
+		return; /* still armed: a resume must not arm a second */
+	struct io_uring_sqe *sqe = perch__uring_sqe_get(u);
+	if (!sqe)
+		return;
+	us_of(s)->flags |= F_ACCEPT;
+	io_uring_prep_multishot_accept(sqe, s->fd, NULL, NULL, SOCK_CLOEXEC);
+	io_uring_sqe_set_data64(sqe, UD(OP_ACCEPT, s));
+	us_of(s)->inflight++;
+}
+
+void perch__uring_connect(struct perch__sock *s)
+{
+	struct uring *u = st_of(s->loop);
+	struct io_uring_sqe *sqe = perch__uring_sqe_get(u);
+	if (!sqe)
+		return;
+	io_uring_prep_connect(sqe, s->fd, (struct sockaddr *)&s->peer, s->peer_len);
+	io_uring_sqe_set_data64(sqe, UD(OP_CONNECT, s));
+	us_of(s)->inflight++;
+}
+
+/*
+ * One cancel for everything on the fd. Its own completion is counted, so
+ * the socket is finalized from a completion, never inline here (callers
+ * may still be using it).
+ */
+void perch__uring_close(struct perch__sock *s)
+{
+	struct uring *u = st_of(s->loop);
+	perch__unpark(&u->parked, s);
+	struct io_uring_sqe *sqe = perch__uring_sqe_get(u);
+	if (!sqe)
+		return; /* the ring is broken: the loop's free finalizes the socket */
+	io_uring_prep_cancel_fd(sqe, s->fd, IORING_ASYNC_CANCEL_ALL);
+	io_uring_sqe_set_data64(sqe, UD(OP_CLOSE_CANCEL, s));
+	us_of(s)->inflight++;
+}
+
+/* ================= completions ================= */
+
+void perch__uring_on_recv(struct uring *u, struct perch__sock *s, int res, uint32_t flags, bool last)
+{
+	if (last)
+		us_of(s)->flags &= ~(F_RECV | F_RECV_MS | F_RECV_CANCEL);
+	if (flags & IORING_CQE_F_BUFFER) {
+		uint32_t bid = flags >> IORING_CQE_BUFFER_SHIFT;
+		perch__uring_buf_taken(u);
+		if (res > 0) {
+			struct perch__rxseg *rs = &u->segs[bid];
+			rs->seg.next = NULL;
+			rs->seg.data = u->bufs + (size_t)bid * u->buf_size;
+			rs->seg.len = (uint32_t)res;
+			rs->seg.buf_id = bid;
+			rs->seg.owner = s->loop;
+			perch__loop_received(s, rs);
+		} else {
+			perch__uring_buf_return(u, bid); /* an error or EOF that still took a buffer */
+		}
+	}
+	if (res == 0)
+		perch__loop_recv_ended(s, 0);
+	else if (res == -ENOBUFS) {
+		if (!s->closing && !s->parked) {
+			perch__park(&u->parked, s);
+			s->loop->stats.enobufs_parks++;
+			/*
+			 * The kernel found the ring empty: the busiest moment needs
+			 * more. Our count of free ones may not show it yet (buffers it
+			 * took whose CQEs come later in this batch), so this grows by
+			 * the kernel's word, once a poll.
+			 */
+			if (!u->grew_this_poll && perch__uring_ring_grow(u) > 0)
+				u->grew_this_poll = true;
+			/*
+			 * Buffers may have come back between the kernel's try and
+			 * this CQE (released earlier in this batch): then no later
+			 * release would wake the connection. Serve the list now.
+			 */
+			perch__uring_serve_parked(u);
+		}
+		return;
+	} else if (res < 0 && res != -ECANCELED && res != -EINTR)
+		perch__loop_recv_ended(s, res);
+	/* Any CQE without F_MORE ended the recv: re-arm unless paused, ended or closing. */
+	if (last && perch__loop_recv_wanted(s))
+		perch__uring_recv_arm(s);
+	/*
+	 * A recv ended (perhaps one perch__uring_serve_parked re-armed, counting on it to
+	 * take a buffer) and a buffer is free: the next parked one may have it.
+	 */
+	if (last && u->parked.head && u->ring_free > 0)
+		perch__uring_serve_parked(u);
+}
+
+void perch__uring_on_accept(struct perch__sock *s, int res, bool last)
+{
+	if (last)
+		us_of(s)->flags &= ~F_ACCEPT;
+	if (res != -ECANCELED)
+		perch__loop_accepted(s, res);
+	if (last && !s->closing && !s->accept_paused)
+		perch__uring_accept(s);
+}
+
+/* A failed accept ends the multishot (perch__uring_on_accept then does not re-arm): nothing to stop. */
+void perch__uring_accept_pause(struct perch__sock *s)
+{
+	(void)s;
+}
