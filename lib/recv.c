@@ -3,6 +3,7 @@
 
 #include <errno.h>
 
+#include "invariant.h"
 #include "loop_internal.h"
 
 /* ================= receive: segments and backpressure ================= */
@@ -86,6 +87,7 @@ static void release_now(struct perch_loop *loop, struct perch__rxseg *rs)
 	uint32_t len = rs->seg.len;
 	loop->be->buf_release(loop, rs);
 	if (s && s->kind == PERCH__SOCK_CONN) {
+		PERCH_ASSERT(s->unconsumed >= len); /* every released byte was counted when delivered */
 		s->unconsumed -= len;
 		maybe_resume(s);
 	}

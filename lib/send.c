@@ -3,6 +3,7 @@
 
 #include <errno.h>
 
+#include "invariant.h"
 #include "loop_internal.h"
 
 /* ================= send ================= */
@@ -40,6 +41,7 @@ static bool tx_advance(struct perch__sock *s, size_t n)
 static void finish_send(struct perch__sock *s, int result)
 {
 	struct perch__txbuf *chain = s->tx_chain;
+	PERCH_ASSERT(chain != NULL); /* one send in flight, and this is its end */
 	s->tx_chain = s->tx_cur = NULL;
 	s->tx_off = 0;
 	/* May drop the send's reference; the loop's keeps the socket alive. */

@@ -49,6 +49,7 @@ int perch__table_insert(struct perch_loop *loop, struct perch__sock *s)
 	if (loop->nfree == 0 && table_grow(loop) != 0)
 		return -ENOMEM;
 	uint32_t slot = loop->free_slots[--loop->nfree];
+	PERCH_ASSERT(!s->in_table && loop->table[slot] == NULL);
 	loop->table[slot] = s;
 	s->slot = slot;
 	s->gen = loop->gens[slot];
@@ -59,6 +60,9 @@ int perch__table_insert(struct perch_loop *loop, struct perch__sock *s)
 
 static void table_remove(struct perch_loop *loop, struct perch__sock *s)
 {
+	/* The slot holds this socket at the generation it was given. */
+	PERCH_ASSERT(s->in_table && loop->table[s->slot] == s && loop->gens[s->slot] == s->gen);
+	PERCH_ASSERT(loop->live > 0);
 	loop->table[s->slot] = NULL;
 	/* Completions and releases still tagged with the old generation are dropped. */
 	loop->gens[s->slot] = (loop->gens[s->slot] + 1) & GEN_MASK;
@@ -226,6 +230,7 @@ void perch__loop_abandon_all(struct perch_loop *loop, void (*settle)(struct perc
 
 void perch__loop_sock_closed(struct perch__sock *s)
 {
+	PERCH_ASSERT(s->closing); /* a backend finalizes only what the loop closed */
 	perch__timer_disarm(&s->connect_timer); /* the connect was answered first; never left for a freed socket */
 	table_remove(s->loop, s);
 	/*
