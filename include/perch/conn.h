@@ -138,29 +138,17 @@ PERCH_API int perch_conn_cancel_read(struct perch_conn *c);
 PERCH_API int perch_conn_write(struct perch_conn *c, const void *data, size_t len);
 
 /*
- * Ends the last read of `src` as perch_conn_advance(src, consumed,
- * examined) does, and stages the consumed bytes on `dst` (which may be
- * `src` itself: an echo) as perch_conn_write would, without copying them:
- * each received buffer they cover whole, of 1 KiB or more, is lent to
- * `dst` and goes back to `src`'s loop when `dst`'s send of it completes
- * (or its staged bytes are dropped); smaller pieces are copied. The caller
- * must be both `src`'s reader and `dst`'s writer for this call.
- *
- * A lent buffer counts as unconsumed on `src` until it comes back, so a
- * `dst` peer that does not read holds what was lent plus what arrives
- * before `src`'s reading pauses (pause_bytes, and up to a socket receive
- * queue more: doc/loop.md) of the loop's receive buffers: copy
- * (perch_conn_write) instead where that is wrong. (An in-memory pipe's
- * reader as `src` gets its room back at once: its writer is bounded by
- * `dst`'s flush instead.) `src`'s loop must outlive every holder of what
- * was lent: the send that takes it, or, when `dst` is an in-memory pipe,
- * that pipe's reader until it consumed it or was freed (the loop cannot
- * tell: perch_loop_free does not wait for lent buffers).
- *
+ * Ends the last read of `src` as perch_conn_advance does, and stages the
+ * consumed bytes on `dst` (`src` itself for an echo) as perch_conn_write
+ * would, without copying: received buffers of 1 KiB or more covered whole
+ * are lent to `dst`, smaller pieces copied. The caller must be `src`'s
+ * reader and `dst`'s writer. A lent buffer counts as unconsumed on `src`
+ * until `dst`'s send of it completes, and `src`'s loop must outlive it
+ * (doc/pipes.md, "Passing bytes on without a copy").
  * Returns 0; -EINVAL for NULLs or an advance perch_conn_advance refuses;
  * -EBUSY while `src` has a read parked or `dst` a flush in progress;
- * -EPIPE when `dst` is closed; -ENOMEM. On any error nothing was consumed
- * nor staged: the result can be advanced again.
+ * -EPIPE when `dst`'s write side ended; -ENOMEM. On error nothing was
+ * consumed nor staged.
  */
 PERCH_API int perch_conn_forward(struct perch_conn *src, size_t consumed, size_t examined,
 				 struct perch_conn *dst);

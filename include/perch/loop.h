@@ -168,26 +168,18 @@ PERCH_API void perch_loop_free(struct perch_loop *loop);
 /* ---- Listeners and connects: any thread. ---- */
 
 /*
- * Listens on host ("127.0.0.1", "::1", any numeric IPv4 or IPv6 address)
- * and port (0: the kernel picks; see perch_listener_port), with
- * SO_REUSEPORT so several loops may share the port. Accepted connections
- * get `opts` (NULL: defaults) and are handed to on_accept on the loop
- * thread. An accept that fails for want of fds or memory (EMFILE, ENFILE,
- * ENOBUFS, ENOMEM), or for any reason but the one connection's (accept(2):
- * ECONNABORTED, EPROTO, ...), pauses the listener until a socket of the
- * loop closes or 100 ms pass; waiting clients stay in the kernel's
- * backlog. Failures are logged on stderr, at most a line every 10 s. Returns 0 with *out set (valid until perch_listener_close);
- * -EINVAL for a bad argument (NULL loop/on_accept/out, a host that is not
- * a numeric address, a port outside 0..65535, bad opts); bind's or
- * listen's error (-EADDRINUSE, ...); -ENOMEM, *out untouched. Called inside
- * one of the loop's turns (perch_loop_is_current), the listener is in the
- * loop when the call returns, so a loop with no room for it is -ENOMEM
- * too, and -ECANCELED inside perch_loop_free's last turns. Called outside
- * them (another thread, or the loop's own between turns) the insert is
- * queued for the next turn: should the loop then have no room (or be
- * freed first), that is logged on stderr, the socket is closed and
- * nothing is accepted, but *out stays valid until perch_listener_close (or
- * perch_loop_free, which frees every listener not closed).
+ * Listens on host (a numeric IPv4 or IPv6 address) and port (0: the
+ * kernel picks, see perch_listener_port), with SO_REUSEPORT. Accepted
+ * connections get `opts` (NULL: defaults) and go to on_accept on the loop
+ * thread; a listener out of fds or memory pauses for up to 100 ms
+ * (doc/loop.md, "Out of fds").
+ * Returns 0 with *out set (valid until perch_listener_close); -EINVAL for
+ * a bad argument; bind's or listen's error (-EADDRINUSE, ...); -ENOMEM.
+ * Inside one of the loop's turns the listener is in the loop on return
+ * (no room: -ENOMEM; during perch_loop_free: -ECANCELED); outside them the
+ * insert is queued, and a queued insert that fails is logged, with *out
+ * valid until closed or the loop is freed (doc/loop.md, "A listen out of
+ * memory").
  */
 PERCH_API int perch_listen(struct perch_loop *loop, const char *host, int port,
 			   const struct perch_conn_opts *opts, perch_accept_fn on_accept,
