@@ -5,11 +5,16 @@
 #include <ck_cc.h>
 #include <ck_fifo.h>
 #include <ck_md.h>
+#include <stddef.h>
 
 #include <perch/conn.h>
 
 #include "atomic.h"
 #include "invariant.h"
+
+/* The struct of `type` that holds `ptr` as its `member` (a posted message's carrier, a listener's adapter). */
+#define perch__container_of(ptr, type, member) \
+	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
 /*
  * Staged outbound bytes: a chain owned by the writer until flush hands it

@@ -6,10 +6,6 @@
 
 #include "backend.h"
 
-/* The struct of `type` that holds `ptr` as its `member` (a posted message's carrier, say). */
-#define perch__container_of(ptr, type, member) \
-	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
-
 /* ---- thread identity and the inbox (lib/inbox.c) ---- */
 
 /*

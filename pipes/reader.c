@@ -8,8 +8,7 @@
 #include "pipe_internal.h"
 #include "vtask_internal.h"
 
-#define READER_OF(l, member) \
-	((struct perch_pipe_reader *)((char *)(l) - offsetof(struct perch_pipe_reader, member)))
+#define READER_OF(l, member) perch__container_of(l, struct perch_pipe_reader, member)
 
 /* The connection is about to park this read: ready the one task the caller will await. */
 static uint64_t reader_parking(struct perch_recv_listener *l, struct perch_conn *c)
