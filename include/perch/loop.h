@@ -114,7 +114,9 @@ PERCH_API const char *perch_loop_backend_name(const struct perch_loop *loop);
 
 /*
  * Runs turns until perch_loop_stop. Returns 0 after a stop, or a negative
- * errno when the ring fails (-EEXIST: run from a thread that does not own it).
+ * errno: -EEXIST run from a thread that does not own it, or the backend's
+ * fatal error (a broken ring: doc/loop.md, "When the kernel refuses a
+ * call"; then free the loop).
  */
 PERCH_API int perch_loop_run(struct perch_loop *loop);
 
@@ -128,7 +130,8 @@ PERCH_API int perch_loop_run(struct perch_loop *loop);
  * a turn that only ran timers may also return 0. Returns
  * the number of completions dispatched, or a negative errno (-EINVAL;
  * -EEXIST from a thread that does not own the loop; -EBUSY from inside one
- * of the loop's own callbacks; or the ring's error).
+ * of the loop's own callbacks; or the backend's fatal error, which every
+ * later turn returns too: free the loop).
  */
 PERCH_API int perch_loop_run_once(struct perch_loop *loop, int timeout_ms);
 
