@@ -159,10 +159,6 @@ struct perch__backend {
  * served (stats.enobufs_parks).
  */
 
-#define PERCH__TXBUF_POOL_MAX 256u  /* staging buffers a loop keeps: 1 MiB */
-#define PERCH__ACCEPT_RETRY_MS 100  /* a listener paused for want of fds tries again after this */
-#define PERCH__ACCEPT_LOG_MS 10000  /* at most one line a listener about failed accepts */
-
 /* A list of timers in due order (lib/timer.c): one per duration in use, `ms` while not empty. */
 struct perch__timer_list {
 	struct perch_timer *head, *tail;
@@ -172,17 +168,22 @@ struct perch__timer_list {
 /* Durations with a list of their own; timers of any other go on one more list, by a walk. */
 #define PERCH__TIMER_DURATIONS 8
 
+/*
+ * A backend uses only wake_fd, be_state, be_refused_at, opts and stats;
+ * the rest is the loop's own (lib/loop_internal.h's files), kept here so
+ * that the struct is one definition.
+ */
 struct perch_loop {
 	/* ---- any thread ---- */
 	ck_stack_t inbox CK_CC_CACHELINE;
 	uint32_t wake_pending;       /* one eventfd write until the loop drains */
 	uint32_t stop;
 	uint32_t posting;            /* threads inside a post or stop: free waits them out */
-	int wake_fd;
+	int wake_fd;                 /* backends watch it (readable: perch__loop_woken) */
 
 	/* ---- loop thread ---- */
 	const struct perch__backend *be;
-	void *be_state;
+	void *be_state;              /* the backend's own */
 	struct perch__sock **table;  /* slot -> socket, NULL when free */
 	uint32_t *gens;              /* slot -> generation, bumped when a socket leaves */
 	uint32_t *free_slots;
@@ -232,10 +233,10 @@ struct perch__sock *perch__loop_sock(struct perch_loop *loop, uint32_t slot, uin
 void perch__loop_woken(struct perch_loop *loop);
 /*
  * A listener accepted `fd`, or failed with -errno (logged, at most a line
- * every PERCH__ACCEPT_LOG_MS): a failure of that one connection
- * (ECONNABORTED, EPROTO, ...) is retried at once; any other (EMFILE,
- * ENFILE, ENOBUFS, ENOMEM, ...) pauses the listener until a socket of the
- * loop closes or PERCH__ACCEPT_RETRY_MS pass.
+ * every 10 s): a failure of that one connection (ECONNABORTED, EPROTO,
+ * ...) is retried at once; any other (EMFILE, ENFILE, ENOBUFS, ENOMEM,
+ * ...) pauses the listener (accept_pause) until a socket of the loop
+ * closes or 100 ms pass.
  */
 void perch__loop_accepted(struct perch__sock *ls, int fd);
 /* The connect finished with `res` (0 or -errno). */
@@ -259,23 +260,6 @@ void perch__loop_sock_closed(struct perch__sock *s);
  * had in flight ends canceled), then its connect answered, fd closed.
  */
 void perch__loop_abandon_all(struct perch_loop *loop, void (*settle)(struct perch__sock *s));
-
-/* ---- timers (lib/timer.c; loop thread) ---- */
-
-/* CLOCK_MONOTONIC in milliseconds. */
-double perch__now_ms(void);
-/* Whether this thread owns the loop, claiming it if no thread has yet (as a turn does). */
-bool perch__loop_claim(struct perch_loop *loop);
-/* Arms (or re-arms) t for due_ms, a timer of `ms`, with no thread check: the loop's own timers. */
-void perch__timer_arm_at(struct perch_timer *t, double due_ms, unsigned ms);
-/* Disarms t wherever it waits; a disarmed timer is left alone. */
-void perch__timer_disarm(struct perch_timer *t);
-/* The soonest armed timer's due time; false when none is armed. */
-bool perch__timers_soonest(const struct perch_loop *loop, double *due_ms);
-/* After a turn's completions: runs every timer due now, soonest first. */
-void perch__timers_expire(struct perch_loop *loop);
-/* perch_loop_free: disarms every timer still armed and unbinds it from the loop. */
-void perch__timers_unbind_all(struct perch_loop *loop);
 
 extern const struct perch__backend perch__uring_backend;
 extern const struct perch__backend perch__epoll_backend;

@@ -6,6 +6,27 @@
 
 #include "backend.h"
 
+#define PERCH__TXBUF_POOL_MAX 256u  /* staging buffers a loop keeps: 1 MiB */
+#define PERCH__ACCEPT_RETRY_MS 100  /* a listener paused for want of fds tries again after this */
+#define PERCH__ACCEPT_LOG_MS 10000  /* at most one line a listener about failed accepts */
+
+/* ---- timers (lib/timer.c; loop thread) ---- */
+
+/* CLOCK_MONOTONIC in milliseconds. */
+double perch__now_ms(void);
+/* Whether this thread owns the loop, claiming it if no thread has yet (as a turn does). */
+bool perch__loop_claim(struct perch_loop *loop);
+/* Arms (or re-arms) t for due_ms, a timer of `ms`, with no thread check: the loop's own timers. */
+void perch__timer_arm_at(struct perch_timer *t, double due_ms, unsigned ms);
+/* Disarms t wherever it waits; a disarmed timer is left alone. */
+void perch__timer_disarm(struct perch_timer *t);
+/* The soonest armed timer's due time; false when none is armed. */
+bool perch__timers_soonest(const struct perch_loop *loop, double *due_ms);
+/* After a turn's completions: runs every timer due now, soonest first. */
+void perch__timers_expire(struct perch_loop *loop);
+/* perch_loop_free: disarms every timer still armed and unbinds it from the loop. */
+void perch__timers_unbind_all(struct perch_loop *loop);
+
 /* ---- thread identity and the inbox (lib/inbox.c) ---- */
 
 /*

@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <time.h>
 
-#include "backend.h"
+#include "loop_internal.h"
 
 double perch__now_ms(void)
 {

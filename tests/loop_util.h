@@ -19,7 +19,7 @@
 #include <perch.h>
 
 #include "atomic.h"
-#include "backend.h"
+#include "loop_internal.h"
 
 #define LU_TIMEOUT_MS 10000        /* every blocking wait in a test is bounded by this */
 
