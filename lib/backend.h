@@ -32,7 +32,7 @@ enum perch__sock_kind { PERCH__SOCK_CONN, PERCH__SOCK_LISTENER };
 
 /* A received buffer lent to a connection: one per buffer id, owned by the backend (ring or pool). */
 struct perch__rxseg {
-	struct perch_seg seg;        /* what the conn core queues */
+	struct perch_seg seg;        /* what the conn core queues: owner = the loop, buf_id = the backend's id */
 	struct perch__msg release;   /* posted when released off the loop thread */
 	uint32_t slot, gen;          /* the socket it was delivered to (accounting) */
 };

@@ -16,7 +16,7 @@
 
 /* ================= options and the backend ================= */
 
-/* Every backend, in the order the default tries them: a new one is one file and one row. */
+/* Every backend, in the order the default tries them (doc/loop.md says what a new one takes). */
 static const struct perch__backend *const backends[] = {
 	&perch__uring_backend,
 	&perch__epoll_backend,

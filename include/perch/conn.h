@@ -25,7 +25,7 @@ struct perch_seg {
 	uint8_t *data;
 	uint32_t len;
 	uint32_t buf_id;           /* the backend's buffer id */
-	void *owner;               /* the backend's cookie */
+	void *owner;               /* whose buffer it is (the transport's: a loop's is the loop) */
 };
 
 /*
