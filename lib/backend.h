@@ -245,6 +245,12 @@ void perch__loop_connected(struct perch__sock *s, int res);
 void perch__loop_received(struct perch__sock *s, struct perch__rxseg *rs);
 /* Receiving ended: 0 is the peer's FIN, else -errno. Called after every byte before it. */
 void perch__loop_recv_ended(struct perch__sock *s, int res);
+/*
+ * The connection failed outside its receive (the kernel refused what the
+ * backend asked for it): receiving ends, and the conn fails with `err`
+ * (its reader and flush told once), even after a FIN; nothing once closed.
+ */
+void perch__loop_failed(struct perch__sock *s, int err);
 /* Whether recv should be (re)armed now: open, not ended, not paused. */
 bool perch__loop_recv_wanted(const struct perch__sock *s);
 /* A send took `res` bytes (or failed, -errno): resubmits or completes the chain. */
@@ -256,8 +262,9 @@ void perch__loop_sock_closed(struct perch__sock *s);
 /*
  * For a backend's destroy, once the kernel holds nothing of the loop's
  * (after a fatal poll, or a free that stopped waiting): finalizes every
- * socket still in the table, each settle(s) first (a send the backend
- * had in flight ends canceled), then its connect answered, fd closed.
+ * socket still in the table: settle(s) first (optional: a result the
+ * backend holds but has not reported), then a send still unfinished ends
+ * -ECANCELED, a connect is answered -ECANCELED, the fd is closed.
  */
 void perch__loop_abandon_all(struct perch_loop *loop, void (*settle)(struct perch__sock *s));
 

@@ -61,6 +61,8 @@ static int run_pending(struct ep *e)
 			perch__loop_connected(s, es->res);
 		if (what & P_SENT)
 			perch__loop_sent(s, es->res);
+		if (what & P_FAILED)
+			perch__loop_failed(s, es->refused);
 		if (what & P_CLOSE)
 			finalize(s);
 		s = next;
@@ -105,14 +107,12 @@ static void epoll_buf_release(struct perch_loop *loop, struct perch__rxseg *rs)
 
 /* ================= setup ================= */
 
-/* A socket the loop's free left (its close never reported): what it still owed is reported now. */
+/* A socket the loop's free left (its close never reported): a send result it held is reported now. */
 static void settle_abandoned(struct perch__sock *s)
 {
 	struct esock *es = es_of(s);
 	if (es->pend & P_SENT)
 		perch__loop_sent(s, es->res);
-	else if (es->flags & F_SEND_WAIT)
-		perch__loop_sent(s, -ECANCELED);
 	es->pend = 0;
 	es->flags &= ~F_SEND_WAIT;
 }

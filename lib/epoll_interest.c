@@ -64,23 +64,30 @@ int perch__epoll_set_interest(struct ep *e, struct perch__sock *s)
 /*
  * The kernel refused a connection's interest (ENOMEM, ENOSPC, ...): it
  * could no longer be told when to read or write, so it fails with that
- * errno, delivered once to each waiter: a connect or a send waiting for
- * EPOLLOUT completes with it at the end of the turn; the reader sees it
- * after the bytes already queued. The close that follows takes it off epoll.
+ * errno, reported at the end of the turn (never from inside the call that
+ * asked, which may be the caller's own flush), once to each waiter: a
+ * connect, or a send waiting for EPOLLOUT, completes with it; then the
+ * connection fails, its reader seeing the error after the bytes already
+ * queued. The close that follows takes it off epoll.
  */
 static void conn_refused(struct ep *e, struct perch__sock *s, int err)
 {
 	struct esock *es = es_of(s);
 	es->flags |= F_REFUSED;
-	if (es->flags & (F_CONNECTING | F_SEND_WAIT)) {
-		uint32_t what = es->flags & F_CONNECTING ? P_CONNECTED : P_SENT;
-		es->flags &= ~(F_CONNECTING | F_SEND_WAIT);
+	es->refused = err;
+	if (es->flags & F_CONNECTING) {
+		/* Not connected yet: the callback gets the error, nobody reads. */
+		es->flags &= ~F_CONNECTING;
 		es->res = err;
-		perch__epoll_pend(e, s, what);
-		if (what == P_CONNECTED)
-			return; /* not connected yet: the callback gets the error, nobody reads */
+		perch__epoll_pend(e, s, P_CONNECTED);
+		return;
 	}
-	perch__loop_recv_ended(s, err);
+	if (es->flags & F_SEND_WAIT) {
+		es->flags &= ~F_SEND_WAIT;
+		es->res = err; /* no other send result is pending while one waits */
+		perch__epoll_pend(e, s, P_SENT);
+	}
+	perch__epoll_pend(e, s, P_FAILED);
 }
 
 /* The interest a connection has now, or its failure when the kernel refuses it. */

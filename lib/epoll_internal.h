@@ -22,6 +22,7 @@
 #define P_CONNECTED 1u
 #define P_SENT      2u
 #define P_CLOSE     4u
+#define P_FAILED    8u   /* the kernel refused its interest: the connection fails with esock.refused */
 
 /* This backend's state for one socket, kept after the loop's (perch__sock_be). */
 struct esock {
@@ -29,6 +30,7 @@ struct esock {
 	uint32_t events;             /* the interest the kernel has for the fd */
 	uint32_t pend;               /* P_*: completions to report at the end of the turn */
 	int res;                     /* the pending connect's or send's result */
+	int refused;                 /* the -errno of a refused epoll_ctl (F_REFUSED) */
 	struct perch__sock *pend_next;
 	struct msghdr msg;
 	struct iovec iov[PERCH__TX_IOV];

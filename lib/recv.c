@@ -71,6 +71,13 @@ void perch__loop_recv_ended(struct perch__sock *s, int res)
 		perch__conn_failed(s->conn, res);
 }
 
+void perch__loop_failed(struct perch__sock *s, int err)
+{
+	s->rx_ended = true;
+	if (!locally_closed(s))
+		perch__conn_failed(s->conn, err);
+}
+
 static void maybe_resume(struct perch__sock *s)
 {
 	if (!s->rx_paused || s->unconsumed > s->opts.resume_bytes)

@@ -215,12 +215,22 @@ void perch__sock_start_close(struct perch__sock *s)
 
 void perch__loop_abandon_all(struct perch_loop *loop, void (*settle)(struct perch__sock *s))
 {
+	/*
+	 * All closing first: finalizing one resumes paused listeners and
+	 * parked connections, which must not start work on a backend that is
+	 * gone (a free off the owner's thread never closed them).
+	 */
+	for (uint32_t i = 0; i < loop->cap; i++)
+		if (loop->table[i])
+			loop->table[i]->closing = true;
 	for (uint32_t i = 0; i < loop->cap; i++) {
 		struct perch__sock *s = loop->table[i];
 		if (!s)
 			continue;
-		s->closing = true;
-		settle(s);
+		if (settle)
+			settle(s);
+		if (s->kind == PERCH__SOCK_CONN && s->tx_chain)
+			perch__loop_sent(s, -ECANCELED); /* a send the kernel never finished */
 		if (s->kind == PERCH__SOCK_CONN && s->on_connected)
 			perch__loop_connected(s, -ECANCELED);
 		close(s->fd);

@@ -79,7 +79,7 @@ struct io_uring_sqe *perch__uring_sqe_get(struct uring *u)
 	struct io_uring_sqe *sqe;
 	for (int tries = 0; !(sqe = io_uring_get_sqe(&u->ring)); tries++) {
 		if (tries == SQE_RETRIES) {
-			ring_broken(u, -EBUSY);
+			ring_broken(u, -EIO); /* refused for now every time: for good, then */
 			return NULL;
 		}
 		rc = io_uring_submit(&u->ring);
@@ -142,16 +142,6 @@ static void arm_wake(struct perch_loop *loop)
 		prep_wake(loop, sqe);
 }
 
-/* A socket whose completions never came (the ring broke): its send ends canceled. */
-static void settle_abandoned(struct perch__sock *s)
-{
-	struct usock *us = us_of(s);
-	if (us->flags & F_SEND) {
-		us->flags &= ~F_SEND;
-		perch__loop_sent(s, -ECANCELED);
-	}
-}
-
 static void uring_destroy(struct perch_loop *loop)
 {
 	struct uring *u = st_of(loop);
@@ -159,7 +149,7 @@ static void uring_destroy(struct perch_loop *loop)
 		return;
 	/* Exiting the ring cancels what is left; the sockets it held go next, the buffers last. */
 	io_uring_queue_exit(&u->ring);
-	perch__loop_abandon_all(loop, settle_abandoned);
+	perch__loop_abandon_all(loop, NULL);
 	free(u->backlog);
 	free(u->br);
 	free(u->bufs);
@@ -222,7 +212,6 @@ static void dispatch(struct perch_loop *loop, uint64_t ud, int res, uint32_t fla
 		perch__uring_on_recv(u, s, res, flags, last);
 		break;
 	case OP_SEND:
-		us->flags &= ~F_SEND;
 		perch__loop_sent(s, res);
 		break;
 	case OP_ACCEPT:

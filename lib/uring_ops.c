@@ -115,7 +115,7 @@ void perch__uring_send(struct perch__sock *s)
 	struct usock *us = us_of(s);
 	struct io_uring_sqe *sqe = perch__uring_sqe_get(st_of(s->loop));
 	if (!sqe)
-		return; /* the ring is broken: the send is settled when the loop is freed */
+		return; /* the ring is broken: the loop's free settles the send (perch__loop_abandon_all) */
 	int n = perch__loop_tx_iov(s, us->iov, PERCH__TX_IOV);
 	if (n == 1) {
 		/* One buffer (a typical reply): a plain send spares the kernel copying a msghdr and importing an iovec. */
@@ -127,7 +127,6 @@ void perch__uring_send(struct perch__sock *s)
 		io_uring_prep_sendmsg(sqe, s->fd, &us->msg, MSG_NOSIGNAL);
 	}
 	io_uring_sqe_set_data64(sqe, UD(OP_SEND, s));
-	us->flags |= F_SEND;
 	us->inflight++;
 }
 

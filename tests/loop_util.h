@@ -428,4 +428,59 @@ static inline void lu_fill(uint8_t *p, size_t n)
 		p[i] = lu_pattern(i);
 }
 
+/* ---- a loop freed off its owner's thread, a paused listener behind another socket ---- */
+
+struct lu_paused_free {
+	struct perch_loop *loop;
+	struct perch_listener *first, *paused;
+	void (*as_ended)(struct perch_listener *); /* the backend's accept as a failure ends it */
+	int run_rc;
+};
+
+static inline void lu_drop_conn(struct perch_listener *l, struct perch_conn *c, void *arg)
+{
+	perch_conn_release(c);
+}
+
+/* On the loop: two listeners, the second (the higher slot) paused as if out of fds; then a stop. */
+static inline void lu_paused_setup(void *arg)
+{
+	struct lu_paused_free *p = arg;
+	assert_int_equal(perch_listen(p->loop, "127.0.0.1", 0, NULL, lu_drop_conn, NULL, &p->first), 0);
+	assert_int_equal(perch_listen(p->loop, "127.0.0.1", 0, NULL, lu_drop_conn, NULL, &p->paused), 0);
+	if (p->as_ended)
+		p->as_ended(p->paused);
+	perch__loop_accepted(&p->paused->sk, -EMFILE);
+	assert_true(p->paused->sk.accept_paused);
+	assert_true(p->paused->sk.slot > p->first->sk.slot);
+	perch_loop_stop(p->loop);
+}
+
+static inline void *lu_paused_run(void *arg)
+{
+	struct lu_paused_free *p = arg;
+	assert_int_equal(perch_loop_post(p->loop, lu_paused_setup, p), 0);
+	p->run_rc = perch_loop_run(p->loop);
+	return NULL;
+}
+
+/*
+ * The loop runs on a thread of its own, then this thread frees it: the
+ * free cannot drive the backend, whose destroy finalizes both listeners.
+ * Finalizing the first resumes the paused one, which must not start an
+ * accept on the backend already gone (a crash on both backends once).
+ */
+static inline void lu_free_off_owner_with_a_paused_listener(enum perch_backend backend,
+							    void (*as_ended)(struct perch_listener *))
+{
+	struct perch_loop_opts o = { .backend = backend };
+	struct lu_paused_free p = { .as_ended = as_ended };
+	assert_int_equal(perch_loop_new(&o, &p.loop), 0);
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, lu_paused_run, &p), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(p.run_rc, 0);
+	perch_loop_free(p.loop);
+}
+
 #endif /* PERCH_TESTS_LOOP_UTIL_H */

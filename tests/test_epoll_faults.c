@@ -173,6 +173,84 @@ static void a_refused_yield_fails_the_connection_after_its_bytes(void **state)
 	fx_close(&f);
 }
 
+/*
+ * The peer half-closed and the reader saw the end; a reply then fills the
+ * socket and the wait for room is refused: the flush fails once, and the
+ * connection with it (a later write is refused), though its receive had
+ * already ended.
+ */
+static void a_refusal_after_the_peers_fin_still_fails_the_connection(void **state)
+{
+	struct fx f;
+	fx_open(&f, NULL, NULL);
+	assert_int_equal(shutdown(f.peer, SHUT_WR), 0);
+	struct lu_end e = lu_read(f.c, NULL, 1);
+	assert_true(e.completed);
+	int small = 4096, fd = ((struct perch__sock *)f.c->transport)->fd;
+	assert_int_equal(setsockopt(f.peer, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+	arm(EPOLL_CTL_MOD, EPOLLOUT, 0, ENOSPC);
+	assert_int_equal(perch_conn_write(f.c, f.out, STREAM), 0);
+	assert_int_equal(lu_flush(f.c), -ENOSPC);
+	assert_int_equal(fired(), 1);
+	assert_true(perch_conn_is_closed(f.c));
+	assert_int_equal(perch_conn_write(f.c, f.out, 1), -EPIPE);
+	fx_close(&f);
+}
+
+/* A flush made on the loop's thread whose wait for room is refused, and what the listener saw on its return. */
+struct flush_on_loop {
+	struct fx *f;
+	struct counted_flush cf;
+	int rc, fired_inside;
+	uint32_t delivered_inside;
+};
+
+static void flush_on_the_loop(void *arg)
+{
+	struct flush_on_loop *k = arg;
+	assert_int_equal(perch_conn_write(k->f->c, k->f->out, STREAM), 0);
+	k->rc = perch_conn_try_flush_or_park(k->f->c, &k->cf.fl);
+	k->delivered_inside = perch__load_u32(&k->cf.deliveries);
+	k->fired_inside = fired();
+}
+
+/*
+ * On the loop's thread the send is written inside the flush call; its
+ * refused wait for room is reported at the end of the turn, never from
+ * inside the caller's flush (whose continuation would run inline).
+ */
+static void a_refusal_inside_a_flush_on_the_loop_is_reported_after_it_returns(void **state)
+{
+	struct fx f;
+	fx_open(&f, NULL, NULL);
+	int small = 4096, fd = ((struct perch__sock *)f.c->transport)->fd;
+	assert_int_equal(setsockopt(f.peer, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+	/* Fill the socket first (bytes the peer never checks), so the flush's own send meets EAGAIN. */
+	while (send(fd, f.out, 4096, MSG_DONTWAIT | MSG_NOSIGNAL) > 0)
+		;
+	assert_true(errno == EAGAIN || errno == EWOULDBLOCK);
+	struct flush_on_loop k = { .f = &f, .cf = { .fl = { counted_flush_parking, counted_flush_done } } };
+	sem_init(&k.cf.done, 0, 0);
+	arm(EPOLL_CTL_MOD, EPOLLOUT, 0, ENOSPC);
+	assert_int_equal(lu_on_loop(&f.l, flush_on_the_loop, &k), 0);
+	assert_int_equal(k.rc, PERCH_PENDING);
+	assert_int_equal(k.fired_inside, 1); /* inside the flush: its send met a full socket */
+	assert_int_equal(k.delivered_inside, 0);
+	assert_int_equal(lu_sem_wait(&k.cf.done, LU_TIMEOUT_MS), 0);
+	assert_int_equal(k.cf.result, -ENOSPC);
+	assert_int_equal(perch__load_u32(&k.cf.deliveries), 1);
+	fx_close(&f);
+	sem_destroy(&k.cf.done);
+}
+
+/* perch_loop_free off the owner's thread: the paused listener is not resumed onto a closed epoll fd. */
+static void a_free_off_the_owners_thread_resumes_no_listener_onto_a_gone_backend(void **state)
+{
+	lu_free_off_owner_with_a_paused_listener(PERCH_BACKEND_EPOLL, NULL);
+}
+
 struct connect_wait {
 	int result;
 	struct perch_conn *c;
@@ -245,6 +323,9 @@ int main(void)
 		cmocka_unit_test(a_refused_yield_fails_the_connection_after_its_bytes),
 		cmocka_unit_test(a_refused_connect_reports_its_errno),
 		cmocka_unit_test(a_refused_listener_is_retried_and_accepts),
+		cmocka_unit_test(a_refusal_after_the_peers_fin_still_fails_the_connection),
+		cmocka_unit_test(a_refusal_inside_a_flush_on_the_loop_is_reported_after_it_returns),
+		cmocka_unit_test(a_free_off_the_owners_thread_resumes_no_listener_onto_a_gone_backend),
 	};
 	const char *only = getenv("PERCH_TEST_FILTER");
 	if (only && *only)

@@ -6,6 +6,7 @@
 #include <liburing.h>
 
 #include "loop_util.h"
+#include "uring_internal.h" /* a listener's accept as its failure ends it */
 
 /*
  * Fault injection: the program links with -Wl,--wrap for the liburing
@@ -187,6 +188,71 @@ static void nothing(void *arg)
 {
 }
 
+/*
+ * A send the broken ring never took: a connection's flush, made in the
+ * turn whose SQ is full and whose submit is refused for good. The run
+ * returns the errno; the free delivers the flush once (closed) and
+ * settles the send, so its chain and the connection are freed (the
+ * ASan build's LeakSanitizer sees any that is not).
+ */
+struct stranded {
+	struct perch_conn *c;
+	struct burst b;
+	struct counted_flush cf;
+	int flush_rc, fired_by_flush;
+	uint32_t connects;
+};
+
+static void flush_behind_a_full_sq(void *arg)
+{
+	struct stranded *k = arg;
+	struct io_uring *ring = &st_of(k->b.loop)->ring;
+	while (io_uring_sq_space_left(ring) > 0) { /* connects until the SQ is full */
+		assert_int_equal(perch_connect(k->b.loop, "127.0.0.1", k->b.port, NULL, burst_connected, &k->b), 0);
+		k->connects++;
+	}
+	arm(SUBMIT, 1, EBADF);
+	assert_int_equal(perch_conn_write(k->c, "x", 1), 0);
+	k->flush_rc = perch_conn_try_flush_or_park(k->c, &k->cf.fl);
+	k->fired_by_flush = fired();
+	perch_conn_release(k->c);
+}
+
+static void a_send_the_broken_ring_never_took_is_settled_by_the_free(void **state)
+{
+	struct lu_loop l;
+	start_loop(&l);
+	struct stranded k = { .b = { .loop = l.loop }, .cf = { .fl = { counted_flush_parking, counted_flush_done } } };
+	int lfd = plain_listener(&k.b.port);
+	sem_init(&k.b.all, 0, 0);
+	sem_init(&k.cf.done, 0, 0);
+	k.c = lu_connect(&l, "127.0.0.1", k.b.port, NULL);
+	assert_non_null(k.c);
+	assert_int_equal(perch_loop_post(l.loop, flush_behind_a_full_sq, &k), 0);
+	assert_int_equal(joined(&l), -EBADF);
+	assert_int_equal(k.flush_rc, PERCH_PENDING);
+	assert_int_equal(k.fired_by_flush, 1); /* the send found the SQ full, and its submit refused */
+	assert_true(k.connects > 0);
+	assert_int_equal(perch__load_u32(&k.b.answered), k.connects);
+	assert_int_equal(perch__load_u32(&k.cf.deliveries), 1);
+	assert_int_equal(k.cf.result, -EPIPE);
+	disarm();
+	sem_destroy(&k.cf.done);
+	sem_destroy(&k.b.all);
+	close(lfd);
+}
+
+static void accept_as_ended(struct perch_listener *l)
+{
+	((struct usock *)perch__sock_be(&l->sk))->flags &= ~F_ACCEPT;
+}
+
+/* perch_loop_free off the owner's thread: the paused listener is not resumed onto an exited ring. */
+static void a_free_off_the_owners_thread_resumes_no_listener_onto_a_gone_backend(void **state)
+{
+	lu_free_off_owner_with_a_paused_listener(PERCH_BACKEND_URING, accept_as_ended);
+}
+
 /* The turn's wait is refused for good: the run returns the errno (and ends). */
 static void a_wait_refused_for_good_ends_the_run_with_its_errno(void **state)
 {
@@ -205,6 +271,8 @@ int main(void)
 		cmocka_unit_test(a_submit_refused_for_now_is_retried),
 		cmocka_unit_test(a_submit_refused_for_good_breaks_the_loop_which_reports_it),
 		cmocka_unit_test(a_wait_refused_for_good_ends_the_run_with_its_errno),
+		cmocka_unit_test(a_send_the_broken_ring_never_took_is_settled_by_the_free),
+		cmocka_unit_test(a_free_off_the_owners_thread_resumes_no_listener_onto_a_gone_backend),
 	};
 	const char *only = getenv("PERCH_TEST_FILTER");
 	if (only && *only)
