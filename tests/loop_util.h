@@ -366,6 +366,24 @@ static inline int lu_connect_fd(int fd, int port)
 	return err == 0 ? 0 : -1;
 }
 
+/* A plain listening socket on 127.0.0.1 (a port the kernel picks, in *port): a peer perch connects to. */
+static inline int lu_plain_listener(int backlog, int *port)
+{
+	*port = 0;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t len = sizeof(a);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, backlog) != 0 ||
+	    getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
 /* A blocking client socket connected to 127.0.0.1:port, or -1. */
 static inline int lu_plain_connect(int port)
 {

@@ -57,19 +57,6 @@ struct fx {
 	uint8_t *out, *in;
 };
 
-static int plain_listener(int *port)
-{
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	socklen_t len = sizeof(a);
-	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(fd, 16), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	*port = ntohs(a.sin_port);
-	return fd;
-}
-
 static void fx_open(struct fx *f, const struct perch_loop_opts *lo, const struct perch_conn_opts *co)
 {
 	memset(f, 0, sizeof(*f));
@@ -77,7 +64,9 @@ static void fx_open(struct fx *f, const struct perch_loop_opts *lo, const struct
 	o.backend = PERCH_BACKEND_EPOLL;
 	assert_int_equal(lu_start(&f->l, &o), 0);
 	int port;
-	f->lfd = plain_listener(&port);
+	f->lfd = lu_plain_listener(16, &port);
+	assert_true(f->lfd >= 0);
+	assert_true(f->lfd >= 0);
 	f->c = lu_connect(&f->l, "127.0.0.1", port, co);
 	assert_non_null(f->c);
 	f->peer = accept4(f->lfd, NULL, NULL, SOCK_CLOEXEC);
@@ -271,7 +260,8 @@ static void a_refused_connect_reports_its_errno(void **state)
 	struct lu_loop l;
 	struct perch_loop_opts o = { .backend = PERCH_BACKEND_EPOLL };
 	assert_int_equal(lu_start(&l, &o), 0);
-	int port, lfd = plain_listener(&port);
+	int port, lfd = lu_plain_listener(16, &port);
+	assert_true(lfd >= 0);
 	struct connect_wait w = { .result = 1 };
 	sem_init(&w.done, 0, 0);
 	arm(EPOLL_CTL_ADD, EPOLLOUT, 0, ENOSPC);

@@ -111,19 +111,6 @@ static void start_burst(void *arg)
 		assert_int_equal(perch_connect(b->loop, "127.0.0.1", b->port, NULL, burst_connected, b), 0);
 }
 
-static int plain_listener(int *port)
-{
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	socklen_t len = sizeof(a);
-	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(fd, BURST * 2), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	*port = ntohs(a.sin_port);
-	return fd;
-}
-
 static void start_loop(struct lu_loop *l)
 {
 	struct perch_loop_opts o = { .backend = PERCH_BACKEND_URING, .sq_entries = 4 };
@@ -147,7 +134,8 @@ static void a_submit_refused_for_now_is_retried(void **state)
 	struct lu_loop l;
 	start_loop(&l);
 	struct burst b = { .loop = l.loop };
-	int lfd = plain_listener(&b.port);
+	int lfd = lu_plain_listener(BURST * 2, &b.port);
+	assert_true(lfd >= 0);
 	sem_init(&b.all, 0, 0);
 	arm(SUBMIT, 3, EAGAIN);
 	assert_int_equal(lu_on_loop(&l, start_burst, &b), 0);
@@ -169,7 +157,8 @@ static void a_submit_refused_for_good_breaks_the_loop_which_reports_it(void **st
 	struct lu_loop l;
 	start_loop(&l);
 	struct burst b = { .loop = l.loop };
-	int lfd = plain_listener(&b.port);
+	int lfd = lu_plain_listener(BURST * 2, &b.port);
+	assert_true(lfd >= 0);
 	sem_init(&b.all, 0, 0);
 	arm(SUBMIT, 1, EBADF);
 	assert_int_equal(perch_loop_post(l.loop, start_burst, &b), 0);
@@ -223,7 +212,8 @@ static void a_send_the_broken_ring_never_took_is_settled_by_the_free(void **stat
 	struct lu_loop l;
 	start_loop(&l);
 	struct stranded k = { .b = { .loop = l.loop }, .cf = { .fl = { counted_flush_parking, counted_flush_done } } };
-	int lfd = plain_listener(&k.b.port);
+	int lfd = lu_plain_listener(BURST * 2, &k.b.port);
+	assert_true(lfd >= 0);
 	sem_init(&k.b.all, 0, 0);
 	sem_init(&k.cf.done, 0, 0);
 	k.c = lu_connect(&l, "127.0.0.1", k.b.port, NULL);
