@@ -59,10 +59,11 @@ static int run_pending(struct ep *e)
 		es->pend = 0;
 		if (what & P_CONNECTED)
 			perch__loop_connected(s, es->res);
-		if (what & P_SENT)
-			perch__loop_sent(s, es->res);
+		/* A refusal fails the connection before its waiting send ends: whoever the flush wakes finds it failed. */
 		if (what & P_FAILED)
 			perch__loop_failed(s, es->refused);
+		if (what & P_SENT)
+			perch__loop_sent(s, es->res);
 		if (what & P_CLOSE)
 			finalize(s);
 		s = next;
