@@ -87,6 +87,7 @@ static void conn_refused(struct ep *e, struct perch__sock *s, int err)
 		es->res = err; /* no other send result is pending while one waits */
 		perch__epoll_pend(e, s, P_SENT);
 	}
+	s->rx_ended = true; /* no more reading this turn (nor a FIN reported before the failure) */
 	perch__epoll_pend(e, s, P_FAILED);
 }
 
@@ -105,6 +106,8 @@ void perch__epoll_update_interest(struct ep *e, struct perch__sock *s)
  */
 void perch__epoll_rearm(struct ep *e, struct perch__sock *s)
 {
+	if (es_of(s)->flags & F_REFUSED)
+		return; /* failed already: no ctl until its close */
 	uint32_t want = interest(s);
 	s->loop->stats.interest_changes++;
 	int rc = ctl(e, EPOLL_CTL_MOD, s, want);
