@@ -128,23 +128,37 @@ static int joined(struct lu_loop *l)
 	return l->run_rc;
 }
 
+/* A loop on io_uring with a small SQ, and a plain listener for a burst of connects to it: its fd. */
+static int burst_open(struct lu_loop *l, struct burst *b)
+{
+	start_loop(l);
+	memset(b, 0, sizeof(*b));
+	b->loop = l->loop;
+	int lfd = lu_plain_listener(BURST * 2, &b->port);
+	assert_true(lfd >= 0);
+	sem_init(&b->all, 0, 0);
+	return lfd;
+}
+
+static void burst_close(struct burst *b, int lfd)
+{
+	sem_destroy(&b->all);
+	close(lfd);
+}
+
 /* A full SQ whose submit is refused for now (EAGAIN) three times: retried, every connect goes through. */
 static void a_submit_refused_for_now_is_retried(void **state)
 {
 	struct lu_loop l;
-	start_loop(&l);
-	struct burst b = { .loop = l.loop };
-	int lfd = lu_plain_listener(BURST * 2, &b.port);
-	assert_true(lfd >= 0);
-	sem_init(&b.all, 0, 0);
+	struct burst b;
+	int lfd = burst_open(&l, &b);
 	arm(SUBMIT, 3, EAGAIN);
 	assert_int_equal(lu_on_loop(&l, start_burst, &b), 0);
 	assert_int_equal(lu_sem_wait(&b.all, LU_TIMEOUT_MS), 0);
 	assert_int_equal(fired(), 3);
 	assert_int_equal(perch__load_u32(&b.ok), BURST);
 	assert_int_equal(lu_stop(&l), 0);
-	sem_destroy(&b.all);
-	close(lfd);
+	burst_close(&b, lfd);
 }
 
 /*
@@ -155,11 +169,8 @@ static void a_submit_refused_for_now_is_retried(void **state)
 static void a_submit_refused_for_good_breaks_the_loop_which_reports_it(void **state)
 {
 	struct lu_loop l;
-	start_loop(&l);
-	struct burst b = { .loop = l.loop };
-	int lfd = lu_plain_listener(BURST * 2, &b.port);
-	assert_true(lfd >= 0);
-	sem_init(&b.all, 0, 0);
+	struct burst b;
+	int lfd = burst_open(&l, &b);
 	arm(SUBMIT, 1, EBADF);
 	assert_int_equal(perch_loop_post(l.loop, start_burst, &b), 0);
 	assert_int_equal(joined(&l), -EBADF);
@@ -169,8 +180,7 @@ static void a_submit_refused_for_good_breaks_the_loop_which_reports_it(void **st
 	for (int i = 0; i < BURST; i++)
 		assert_int_equal(b.results[i], -ECANCELED);
 	disarm();
-	sem_destroy(&b.all);
-	close(lfd);
+	burst_close(&b, lfd);
 }
 
 static void nothing(void *arg)
