@@ -46,6 +46,7 @@ struct firing {
 	int *next_order;             /* shared by the timers of one test */
 	int id;
 	pthread_t thread;
+	sem_t *fired;                /* posted after recording, when set */
 };
 
 static void record(struct perch_timer *t, void *arg)
@@ -338,7 +339,7 @@ static void fired_then_post(struct perch_timer *t, void *arg)
 {
 	struct firing *f = arg;
 	record(t, arg);
-	sem_post((sem_t *)f->next_order);
+	sem_post(f->fired);
 }
 
 static void *run_loop(void *arg)
@@ -353,7 +354,7 @@ static void a_timer_started_from_posted_work_fires_on_the_loop_thread(void **sta
 	struct perch_loop *loop = new_loop();
 	sem_t fired;
 	sem_init(&fired, 0, 0);
-	struct firing f = { .next_order = (int *)(void *)&fired };
+	struct firing f = { .fired = &fired };
 	struct perch_timer t;
 	perch_timer_init(&t, loop, fired_then_post, &f);
 	pthread_t th;
