@@ -12,6 +12,7 @@
  * TCP_NODELAY on the listener, which its accepted sockets inherit.
  *
  * Usage: baseline_epoll_echo [--host 127.0.0.1] [--port 7001] [--buf-size 16384] [--nodelay]
+ *        [--unix PATH] (a Unix socket instead of TCP; --nodelay does not apply)
  */
 #include "config.h"
 
@@ -223,9 +224,10 @@ int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "host", required_argument, 0, 'h' }, { "port", required_argument, 0, 'p' },
-		{ "buf-size", required_argument, 0, 's' }, { "nodelay", no_argument, 0, 'n' }, { 0, 0, 0, 0 },
+		{ "buf-size", required_argument, 0, 's' }, { "nodelay", no_argument, 0, 'n' },
+		{ "unix", required_argument, 0, 'u' }, { 0, 0, 0, 0 },
 	};
-	const char *host = "127.0.0.1", *prog = "baseline_epoll_echo";
+	const char *host = "127.0.0.1", *prog = "baseline_epoll_echo", *unix_path = NULL;
 	uint64_t port = 7001, bsize = 16384;
 	bool nodelay = false;
 	for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -233,9 +235,10 @@ int main(int argc, char **argv)
 			: o == 'p' ? bu_parse_u64(prog, "port", optarg, 1, 65535, &port)
 			: o == 's' ? bu_parse_u64(prog, "buf-size", optarg, 64, 1 << 20, &bsize)
 			: o == 'n' ? (nodelay = true, true)
+			: o == 'u' ? (unix_path = optarg, true)
 			: false;
 		if (!ok) {
-			fprintf(stderr, "usage: %s [--host ADDR] [--port P] [--buf-size B] [--nodelay]\n", prog);
+			fprintf(stderr, "usage: %s [--host ADDR] [--port P] [--buf-size B] [--nodelay] [--unix PATH]\n", prog);
 			return 2;
 		}
 	}
@@ -244,9 +247,9 @@ int main(int argc, char **argv)
 	S.buf = malloc(bsize);
 	S.ready_tail = &S.ready;
 	S.ep = epoll_create1(EPOLL_CLOEXEC);
-	S.listen_fd = bu_listen(host, (int)port, 4096, nodelay);
+	S.listen_fd = unix_path ? bu_listen_unix(unix_path, 4096) : bu_listen(host, (int)port, 4096, nodelay);
 	if (S.listen_fd < 0) {
-		fprintf(stderr, "%s: listen on %s:%d: %s\n", prog, host, (int)port, strerror(-S.listen_fd));
+		fprintf(stderr, "%s: listen on %s: %s\n", prog, unix_path ? unix_path : host, strerror(-S.listen_fd));
 		return 1;
 	}
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &listener_tag };
@@ -254,6 +257,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s: epoll set-up: %s\n", prog, strerror(errno));
 		return 1;
 	}
-	fprintf(stderr, "%s: listening on %s:%d\n", prog, host, (int)port);
+	if (unix_path)
+		fprintf(stderr, "%s: listening on unix:%s\n", prog, unix_path);
+	else
+		fprintf(stderr, "%s: listening on %s:%d\n", prog, host, (int)port);
 	return run();
 }

@@ -11,6 +11,7 @@
  * TCP_NODELAY on the listener, which its accepted sockets inherit.
  *
  * Usage: baseline_uring_echo [--host 127.0.0.1] [--port 7000] [--bufs 512] [--buf-size 16384] [--nodelay]
+ *        [--unix PATH] (a Unix socket instead of TCP; --nodelay does not apply)
  */
 #include "config.h"
 
@@ -358,7 +359,7 @@ static int ring_init(unsigned entries)
 static void usage(void)
 {
 	fprintf(stderr, "usage: baseline_uring_echo [--host ADDR] [--port P] [--bufs N (power of two)] "
-			"[--buf-size B] [--nodelay]\n");
+			"[--buf-size B] [--nodelay] [--unix PATH (instead of host and port)]\n");
 }
 
 int main(int argc, char **argv)
@@ -366,9 +367,9 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "host", required_argument, 0, 'h' }, { "port", required_argument, 0, 'p' },
 		{ "bufs", required_argument, 0, 'b' }, { "buf-size", required_argument, 0, 's' },
-		{ "nodelay", no_argument, 0, 'n' }, { 0, 0, 0, 0 },
+		{ "nodelay", no_argument, 0, 'n' }, { "unix", required_argument, 0, 'u' }, { 0, 0, 0, 0 },
 	};
-	const char *host = "127.0.0.1", *prog = "baseline_uring_echo";
+	const char *host = "127.0.0.1", *prog = "baseline_uring_echo", *unix_path = NULL;
 	uint64_t port = 7000, nbufs = 512, bsize = 16384;
 	bool nodelay = false;
 	for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -377,6 +378,7 @@ int main(int argc, char **argv)
 			: o == 'b' ? bu_parse_u64(prog, "bufs", optarg, 1, 32768, &nbufs)
 			: o == 's' ? bu_parse_u64(prog, "buf-size", optarg, 64, 1 << 20, &bsize)
 			: o == 'n' ? (nodelay = true, true)
+			: o == 'u' ? (unix_path = optarg, true)
 			: false;
 		if (!ok) {
 			usage();
@@ -399,12 +401,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s: provided-buffer ring: %s\n", prog, strerror(-rc));
 		return 1;
 	}
-	S.listen_fd = bu_listen(host, (int)port, 4096, nodelay);
+	S.listen_fd = unix_path ? bu_listen_unix(unix_path, 4096) : bu_listen(host, (int)port, 4096, nodelay);
 	if (S.listen_fd < 0) {
-		fprintf(stderr, "%s: listen on %s:%d: %s\n", prog, host, (int)port, strerror(-S.listen_fd));
+		fprintf(stderr, "%s: listen on %s: %s\n", prog, unix_path ? unix_path : host, strerror(-S.listen_fd));
 		return 1;
 	}
 	on_accept(-EINTR, 0); /* arms the first multishot accept */
-	fprintf(stderr, "%s: listening on %s:%d\n", prog, host, (int)port);
+	if (unix_path)
+		fprintf(stderr, "%s: listening on unix:%s\n", prog, unix_path);
+	else
+		fprintf(stderr, "%s: listening on %s:%d\n", prog, host, (int)port);
 	return run();
 }

@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -136,6 +138,54 @@ int bu_listen(const char *host, int port, int backlog, bool nodelay)
 	setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
 	if ((nodelay && bu_set_nodelay(fd) < 0) || bind(fd, (struct sockaddr *)&ss, len) < 0 ||
 	    listen(fd, backlog) < 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+/* A path as a sockaddr_un; false when it does not fit with its NUL. */
+static bool make_unix_addr(const char *path, struct sockaddr_un *a, socklen_t *len)
+{
+	size_t n = strlen(path);
+	if (n >= sizeof(a->sun_path))
+		return false;
+	memset(a, 0, sizeof(*a));
+	a->sun_family = AF_UNIX;
+	memcpy(a->sun_path, path, n + 1);
+	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
+	return true;
+}
+
+int bu_connect_unix(const char *path)
+{
+	struct sockaddr_un a;
+	socklen_t len;
+	if (!make_unix_addr(path, &a, &len))
+		return -ENAMETOOLONG;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&a, len) < 0 || bu_set_nonblock(fd) < 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+int bu_listen_unix(const char *path, int backlog)
+{
+	struct sockaddr_un a;
+	socklen_t len;
+	if (!make_unix_addr(path, &a, &len))
+		return -ENAMETOOLONG;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	unlink(path); /* a bench's own path: what a previous run left */
+	if (bind(fd, (struct sockaddr *)&a, len) < 0 || listen(fd, backlog) < 0) {
 		int e = -errno;
 		close(fd);
 		return e;

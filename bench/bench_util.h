@@ -31,6 +31,10 @@ int bu_connect(const char *host, int port);
  * accepted socket inherits it). -errno on failure.
  */
 int bu_listen(const char *host, int port, int backlog, bool nodelay);
+/* Blocking connect to the Unix socket at path, then non-blocking. -errno on failure (-ENAMETOOLONG). */
+int bu_connect_unix(const char *path);
+/* A non-blocking listening Unix socket at path, a file left there first removed. -errno on failure. */
+int bu_listen_unix(const char *path, int backlog);
 int bu_set_nonblock(int fd);
 /* TCP_NODELAY on fd; a listener's accepted sockets inherit it. -errno on failure. */
 int bu_set_nodelay(int fd);

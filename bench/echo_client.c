@@ -11,6 +11,7 @@
  *
  * Usage: echo_client [--host 127.0.0.1] [--port 7000] [--mode pingpong|stream] [--conns 50]
  *                    [--size 64] [--duration S] [--count N] [--window B] [--timeout S] [--csv]
+ *                    [--unix PATH] (a Unix socket instead of host and port)
  * --csv prints one line: mode,conns,size,seconds,msgs,msgs_per_s,mib_per_s,p50_us,p99_us,max_us,errors
  */
 #include "config.h"
@@ -40,6 +41,7 @@ struct conn {
 static struct {
 	const char *host;
 	int port;
+	const char *unix_path;     /* --unix: a Unix socket instead of host and port */
 	bool stream, csv;
 	uint64_t conns, size, count, window;
 	double duration, timeout;
@@ -143,9 +145,10 @@ static int connect_all(void)
 {
 	for (uint64_t i = 0; i < S.conns; i++) {
 		struct conn *c = &S.c[i];
-		c->fd = bu_connect(S.host, S.port);
+		c->fd = S.unix_path ? bu_connect_unix(S.unix_path) : bu_connect(S.host, S.port);
 		if (c->fd < 0) {
-			fprintf(stderr, "%s: connect %s:%d: %s\n", prog, S.host, S.port, strerror(-c->fd));
+			fprintf(stderr, "%s: connect %s:%d%s%s: %s\n", prog, S.host, S.port, S.unix_path ? ", unix:" : "",
+				S.unix_path ? S.unix_path : "", strerror(-c->fd));
 			return -1;
 		}
 		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
@@ -206,7 +209,7 @@ static int run(void)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: %s [--host ADDR] [--port P] [--mode pingpong|stream] [--conns N] [--size B]\n"
+	fprintf(stderr, "usage: %s [--host ADDR] [--port P | --unix PATH] [--mode pingpong|stream] [--conns N] [--size B]\n"
 			"       [--duration S] [--count N] [--window B] [--timeout S] [--csv]\n", prog);
 }
 
@@ -218,7 +221,7 @@ static bool parse_args(int argc, char **argv)
 		{ "size", required_argument, 0, 's' }, { "duration", required_argument, 0, 'd' },
 		{ "count", required_argument, 0, 'n' }, { "window", required_argument, 0, 'w' },
 		{ "timeout", required_argument, 0, 't' }, { "csv", no_argument, 0, 'v' },
-		{ 0, 0, 0, 0 },
+		{ "unix", required_argument, 0, 'u' }, { 0, 0, 0, 0 },
 	};
 	uint64_t port = 7000;
 	bool have_duration = false;
@@ -238,6 +241,7 @@ static bool parse_args(int argc, char **argv)
 		case 'd': ok = bu_parse_secs(prog, "duration", optarg, 0.1, 3600, &S.duration); have_duration = ok; break;
 		case 't': ok = bu_parse_secs(prog, "timeout", optarg, 0.1, 3600, &S.timeout); break;
 		case 'v': S.csv = true; break;
+		case 'u': S.unix_path = optarg; break;
 		case 'm':
 			S.stream = strcmp(optarg, "stream") == 0;
 			ok = S.stream || strcmp(optarg, "pingpong") == 0;

@@ -18,6 +18,8 @@ Scenarios (default: all of them, in this order):
           -P 1 (RESP_N1=100000 requests) and -P 16 (RESP_N16=1000000), -c 50
   flood   bench/flood_client (96 connections x 64,000 frames of 126 bytes, 2 s write deadline)
           against perch echo's three receive paths and both baselines
+  unix    the echo scenario's loads over a Unix socket beside loopback TCP: perch echo, and
+          both baselines (--unix PATH), each on TCP then on a Unix socket, in the same rounds
 
 Each round starts every server afresh, one at a time, pinned to core SERVER_CPU (0), with
 the client pinned to CLIENT_CPU (1); servers run in the same order every round (ABAB...).
@@ -51,6 +53,7 @@ perch servers are command lines with {port} (a server whose program is missing i
   PERCH_ECHO_MULTISHOT  default: PERCH_ECHO --backend uring --recv multishot
   PERCH_ECHO_SINGLESHOT default: PERCH_ECHO --backend uring --recv singleshot
   PERCH_ECHO_EPOLL      default: PERCH_ECHO --backend epoll
+  PERCH_ECHO_UNIX       default: BUILD/examples/echo/echo --listen unix:{unix} ({unix}: a path in the temp dir)
   PERCH_ECHO_VS, PERCH_HTTPD_VS, PERCH_RESP_VS: "NAME|COMMAND" adds a server right after perch
                         in its group (another build of perch, say), in the same interleaved rounds
 
@@ -95,9 +98,9 @@ shift $((OPTIND - 1))
 [[ $SECS =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "run.sh: -d takes seconds, e.g. 3" >&2; usage; }
 BUILD=$(readlink -f "$BUILD")
 SCENARIOS=("$@")
-((${#SCENARIOS[@]})) || SCENARIOS=(echo http resp flood)
+((${#SCENARIOS[@]})) || SCENARIOS=(echo http resp flood unix)
 for s in "${SCENARIOS[@]}"; do
-	[[ $s =~ ^(echo|http|resp|flood)$ ]] || { echo "run.sh: unknown scenario '$s'" >&2; usage; }
+	[[ $s =~ ^(echo|http|resp|flood|unix)$ ]] || { echo "run.sh: unknown scenario '$s'" >&2; usage; }
 done
 
 server_defaults
@@ -105,6 +108,7 @@ server_defaults
 TMP=$(mktemp -d /tmp/perch-bench.XXXXXX)
 RAW=$TMP/raw.tsv
 SERVER_PID=""
+UNIX_TARGET=""
 CLK_TCK=$(getconf CLK_TCK)
 PORT=17100
 
@@ -219,6 +223,16 @@ scenario_echo() {
 	echo "== echo: ping-pong, $ECHO_CONNS connections x $ECHO_SIZE B; stream, $STREAM_CONNS x $STREAM_SIZE B"
 	rounds "$ROUNDS" echo pingpong client_echo pingpong "$ECHO_CONNS" "$ECHO_SIZE" <<<"$servers"
 	rounds "$ROUNDS" echo stream client_echo stream "$STREAM_CONNS" "$STREAM_SIZE" <<<"$servers"
+}
+
+# Echo over a Unix socket beside loopback TCP: each server twice, the same loads, interleaved in the same rounds.
+scenario_unix() {
+	local servers
+	servers=$(pick "perch-tcp|$PERCH_ECHO" "perch-unix|$PERCH_ECHO_UNIX" "uring-baseline-tcp|$URING_ECHO" \
+		"uring-baseline-unix|$URING_ECHO_UNIX" "epoll-baseline-tcp|$EPOLL_ECHO" "epoll-baseline-unix|$EPOLL_ECHO_UNIX")
+	echo "== unix: echo over a Unix socket and over loopback TCP; ping-pong, $ECHO_CONNS x $ECHO_SIZE B; stream, $STREAM_CONNS x $STREAM_SIZE B"
+	rounds "$ROUNDS" unix pingpong client_echo pingpong "$ECHO_CONNS" "$ECHO_SIZE" <<<"$servers"
+	rounds "$ROUNDS" unix stream client_echo stream "$STREAM_CONNS" "$STREAM_SIZE" <<<"$servers"
 }
 
 scenario_http() {
@@ -397,7 +411,7 @@ write_results() {
 	[[ -s $TMP/flood.tsv ]] && cp "$TMP/flood.tsv" "$OUT/flood.tsv" && FLOOD_WRITTEN=1
 	WRITTEN=()
 	if have gnuplot; then
-		for s in echo http resp; do
+		for s in echo http resp unix; do
 			plot "$s" 5 "$s" "median throughput" "requests or messages per second"
 			plot "$s" 13 "$s-capacity" "median capacity (requests per second of server CPU)" "requests per server-CPU second"
 		done

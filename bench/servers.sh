@@ -31,6 +31,10 @@ server_defaults() {
 	PERCH_ECHO_EPOLL=${PERCH_ECHO_EPOLL:-"$PERCH_ECHO --backend epoll"}
 	URING_ECHO="$BUILD/bench/baseline_uring_echo --port {port}$baseline_nodelay"
 	EPOLL_ECHO="$BUILD/bench/baseline_epoll_echo --port {port}$baseline_nodelay"
+	# The same echo servers on a Unix socket ({unix}: a path in the temp dir); Nagle's algorithm does not apply there.
+	PERCH_ECHO_UNIX=${PERCH_ECHO_UNIX:-"$BUILD/examples/echo/echo --listen unix:{unix}"}
+	URING_ECHO_UNIX="$BUILD/bench/baseline_uring_echo --unix {unix}"
+	EPOLL_ECHO_UNIX="$BUILD/bench/baseline_epoll_echo --unix {unix}"
 	REDIS="redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --protected-mode no --logfile ''"
 	NGINX="nginx -p {dir} -c {dir}/nginx-{port}.conf -e {dir}/nginx-error.log"
 }
@@ -65,9 +69,21 @@ http {
 EOF
 }
 
-# Starts the command line $1 on port $2, pinned, and waits until the port accepts.
+# Whether the server just started accepts: a TCP connect to its port, or a round trip on its Unix socket.
+server_accepts() { # port
+	if [[ -n $UNIX_TARGET ]]; then
+		"$BUILD/bench/echo_client" --unix "$UNIX_TARGET" --conns 1 --size 1 --count 1 --timeout 1 >/dev/null 2>&1
+	else
+		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+	fi
+}
+
+# Starts the command line $1 on port $2 (or, with {unix}, on a Unix socket: UNIX_TARGET), pinned, and waits until it accepts.
 start_server() {
 	local cmd=${1//\{port\}/$2} port=$2 t rc
+	UNIX_TARGET=""
+	[[ $cmd != *"{unix}"* ]] || UNIX_TARGET=$TMP/unix-$port.sock
+	cmd=${cmd//\{unix\}/$UNIX_TARGET}
 	cmd=${cmd//\{dir\}/$TMP}
 	[[ $cmd == nginx* ]] && nginx_conf "$port"
 	# With a quota (quota.sh) the subshell joins the cgroup before the exec, so the server's threads and children are in it.
@@ -86,7 +102,7 @@ start_server() {
 			SERVER_PID=""
 			return 1
 		fi
-		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && { server_in_quota; return 0; }
+		server_accepts "$port" && { server_in_quota; return 0; }
 		sleep 0.05
 	done
 	echo "run.sh: $cmd did not accept on port $port within 5 s" >&2
@@ -135,10 +151,11 @@ core_ticks() {
 
 # ---- clients: each prints "requests throughput p99_us errors" ----
 
-client_echo() { # mode conns size port
-	local line
+client_echo() { # mode conns size port (the Unix socket UNIX_TARGET instead, when the server listens on one)
+	local line where=(--port "$4")
+	[[ -z ${UNIX_TARGET:-} ]] || where=(--unix "$UNIX_TARGET")
 	line=$(taskset -c "$CLIENT_CPU" timeout $((${SECS%.*} + 30)) "$BUILD/bench/echo_client" --mode "$1" --conns "$2" \
-		--size "$3" --port "$4" --duration "$SECS" --csv) || true
+		--size "$3" "${where[@]}" --duration "$SECS" --csv) || true
 	[[ -n $line ]] || { echo "0 0 0 1"; return; }
 	IFS=, read -r _ _ _ _ msgs mps _ _ p99 _ errs <<<"$line"
 	echo "$msgs $mps $p99 $errs"

@@ -6,6 +6,7 @@
 #include <perch/vtask.h>
 #include <perch/conn.h>
 #include <perch/loop.h>
+#include <perch/sock.h>
 #include <perch/pipe.h>
 #include <perch/timer.h>
 

@@ -44,6 +44,7 @@ struct perch__sock {
 	struct perch_loop *loop;
 	enum perch__sock_kind kind;
 	int fd;
+	sa_family_t family;          /* AF_INET, AF_INET6 or AF_UNIX (a backend may treat Unix sockets apart) */
 	uint32_t slot, gen;          /* table index and its generation while in the table */
 	bool in_table;
 	bool closing;                /* close started: no new work is submitted */
@@ -62,8 +63,9 @@ struct perch__sock {
 	struct perch__msg close_msg; /* ops->close from another thread */
 	struct perch__msg shutdown_msg; /* ops->shutdown from another thread */
 	/* connect */
-	struct sockaddr_storage peer;
-	socklen_t peer_len;
+	bool adopted;                /* connected already (perch_conn_adopt): reported once in the loop */
+	struct sockaddr_storage addr; /* a connect's peer; a listener's own bound address (set once, before it is shared) */
+	socklen_t addr_len;
 	perch_connect_fn on_connected;
 	void *connect_arg;
 	struct perch__msg connect_msg;
@@ -82,6 +84,9 @@ struct perch__sock {
 	struct perch__msg listen_msg;
 	bool listen_pending;         /* its insert is posted and has not run: a close leaves the free to it */
 	struct perch__sock *dropped_next; /* on loop->dropped: never inserted */
+	uint32_t dropped;            /* atomic: its insert failed and its fd is closed (perch_listener_addr reads it) */
+
+	uint32_t lingering;          /* atomic: perch_conn_close_lingering took it (a second call is -EALREADY) */
 
 	/* ---- a connection waiting for a receive buffer (perch__park; backends use it) ---- */
 	bool parked;
@@ -117,7 +122,9 @@ struct perch__backend {
 	/*
 	 * Sets loop->be_state; watches loop->wake_fd (readable: perch__loop_woken).
 	 * Returns 0 or -errno; when the kernel refused it, loop->be_refused_at
-	 * names the call (the loop logs the line and may fall back).
+	 * names the call and, when the backend can tell the cause better than
+	 * refusal_cause(err) can, loop->be_refused_why says it (the loop logs
+	 * the line and may fall back).
 	 */
 	int (*init)(struct perch_loop *loop, const struct perch_loop_opts *opts);
 	/*
@@ -136,7 +143,7 @@ struct perch__backend {
 	 * whose accept ended with that failure has nothing to stop.
 	 */
 	void (*accept_pause)(struct perch__sock *s);
-	/* Starts connecting s->fd to s->peer; the result goes to perch__loop_connected. */
+	/* Starts connecting s->fd to s->addr; the result goes to perch__loop_connected. */
 	void (*connect)(struct perch__sock *s);
 	/* (Re)starts receiving: segments to perch__loop_received, the end to perch__loop_recv_ended. */
 	void (*recv_arm)(struct perch__sock *s);
@@ -169,7 +176,7 @@ struct perch__timer_list {
 #define PERCH__TIMER_DURATIONS 8
 
 /*
- * A backend uses only wake_fd, be_state, be_refused_at, opts and stats;
+ * A backend uses only wake_fd, be_state, be_refused_at, be_refused_why, opts and stats;
  * the rest is the loop's own (lib/loop_internal.h's files), kept here so
  * that the struct is one definition.
  */
@@ -192,6 +199,7 @@ struct perch_loop {
 	bool freeing;
 	struct perch_loop_opts opts; /* resolved: backend and read_budget included */
 	const char *be_refused_at;   /* set by a failed init: the call the kernel refused */
+	char be_refused_why[160];    /* set by a failed init that knows its cause better than refusal_cause */
 	struct perch__txbuf *txbuf_pool; /* spent staging buffers, lent to the next writes */
 	uint32_t txbuf_pooled;       /* at most PERCH__TXBUF_POOL_MAX */
 	struct perch__sock *accept_paused; /* listeners out of fds, resumed when a socket closes */

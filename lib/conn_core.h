@@ -82,9 +82,10 @@ static inline void perch__slot_release(struct perch_conn *c)
 /*
  * ck_fifo_spsc's enqueue writes the entry and publishes it with ck_pr
  * inline assembly, which TSan cannot see (and no annotation fits between
- * the two); under TSan the same algorithm runs on lib/atomic.h's builtins.
+ * the two); under TSan and the scheduler the same algorithm runs on
+ * lib/atomic.h.
  */
-#ifdef PERCH_TSAN
+#ifdef PERCH_ATOMIC_VISIBLE
 static inline void perch__fifo_enqueue(ck_fifo_spsc_t *f, ck_fifo_spsc_entry_t *entry, void *value)
 {
 	entry->value = value;

@@ -22,7 +22,7 @@ void perch__flush_complete(struct perch_conn *c, int result)
 		return;
 	struct perch_flush_listener *l = perch__xchg_ptr(&c->flush_listener, NULL);
 	PERCH_ASSERT(l != NULL); /* stored before the arm that this disarm took */
-	uint64_t cookie = c->flush_cookie; /* before the guard lets a new flush store its own */
+	uint64_t cookie = perch__load_u64(&c->flush_cookie); /* before the guard lets a new flush store its own */
 	void (*done)(struct perch_flush_listener *, struct perch_conn *, uint64_t, int) =
 		l->on_flush_done;
 	perch__store_u32(&c->flush_busy, 0);
@@ -54,7 +54,7 @@ static int flush_closed_while_arming(struct perch_conn *c, struct perch__txbuf *
 		struct perch_flush_listener *l = perch__xchg_ptr(&c->flush_listener, NULL);
 		/* The conn's own task: the version this park readied is nobody's; ended while the conn is held. */
 		if (l == &c->self_flusher)
-			perch_vtask_complete(&c->flush_task, (uint32_t)c->flush_cookie, -EPIPE);
+			perch_vtask_complete(&c->flush_task, (uint32_t)perch__load_u64(&c->flush_cookie), -EPIPE);
 		perch__store_u32(&c->flush_busy, 0);
 		rc = -EPIPE;
 	}
@@ -91,7 +91,8 @@ int perch__conn_park_flush(struct perch_conn *c, struct perch_flush_listener *li
 	struct perch__txbuf *chain = perch__stage_take(c);
 	perch__conn_ref(c);
 	/* 4. Ready, store the listener, then the arm that publishes it: an exchange, fenced before the re-check of `closed`. */
-	c->flush_cookie = *cookie_out = listener->on_parking(listener, c);
+	*cookie_out = listener->on_parking(listener, c);
+	perch__store_u64(&c->flush_cookie, *cookie_out);
 	perch__store_ptr(&c->flush_listener, listener);
 	uint32_t was_armed = perch__xchg_u32(&c->flush_armed, 1);
 	PERCH_ASSERT(was_armed == 0); /* under the guard, the last completion disarmed */

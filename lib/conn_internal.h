@@ -95,7 +95,7 @@ struct perch__transport_ops {
 struct perch_conn {
 	/* ---- read slot and what completions publish (any thread) ---- */
 	uintptr_t read_waiter CK_CC_CACHELINE;
-	uint64_t read_cookie;          /* the parked read's, stored before the publish */
+	uint64_t read_cookie;          /* the parked read's, stored before the publish (atomic.h: a scheduling point) */
 	uint64_t rx_total;             /* bytes ever queued (faa by the producer) */
 	uint32_t rx_flags;             /* PERCH__RX_* */
 	uint32_t rd_cancel;            /* a cancel not yet reported */

@@ -62,7 +62,8 @@ int perch__conn_park_read(struct perch_conn *c, struct perch_recv_listener *list
 		return serve_claimed(c, out);
 	/* 3. Ready the listener: only here, past every guard, when the read is about to park. */
 	c->rd_have_result = false;
-	c->read_cookie = *cookie_out = listener->on_parking(listener, c);
+	*cookie_out = listener->on_parking(listener, c);
+	perch__store_u64(&c->read_cookie, *cookie_out);
 	/* 4. Publish. Pairs with the CAS in perch__read_wake that takes a published listener back. */
 	while (!perch__cas_uptr(&c->read_waiter, PERCH__SLOT_CLAIM, (uintptr_t)listener)) {
 		/*
@@ -112,7 +113,7 @@ void perch__read_wake(struct perch_conn *c)
 		 */
 		if (perch__cas_uptr(&c->read_waiter, w, PERCH__SLOT_DELIVERING)) {
 			struct perch_recv_listener *l = (struct perch_recv_listener *)w;
-			uint64_t cookie = c->read_cookie;
+			uint64_t cookie = perch__load_u64(&c->read_cookie);
 			void (*ready)(struct perch_recv_listener *, struct perch_conn *, uint64_t) =
 				l->on_recv_ready;
 			uintptr_t was = perch__xchg_uptr(&c->read_waiter, PERCH__SLOT_EMPTY);

@@ -203,7 +203,7 @@ static void epoll_connect(struct perch__sock *s)
 {
 	struct ep *e = ep_of(s->loop);
 	int rc = set_nonblock(s->fd);
-	if (rc == 0 && connect(s->fd, (struct sockaddr *)&s->peer, s->peer_len) != 0 &&
+	if (rc == 0 && connect(s->fd, (struct sockaddr *)&s->addr, s->addr_len) != 0 &&
 	    errno != EINPROGRESS)
 		rc = -errno;
 	if (rc != 0) {

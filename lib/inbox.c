@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -108,21 +107,22 @@ static void wake(struct perch_loop *loop)
 /*
  * ck_stack's push writes entry->next and then CASes the head in inline
  * assembly, which TSan cannot see (nor can an annotation go between the
- * two); under TSan the same Treiber push and batch pop use __atomic.
+ * two); under TSan and the scheduler the same Treiber push and batch pop
+ * run on lib/atomic.h.
  */
-#ifdef PERCH_TSAN
+#ifdef PERCH_ATOMIC_VISIBLE
 static void inbox_stack_push(ck_stack_t *st, ck_stack_entry_t *e)
 {
-	ck_stack_entry_t *head = __atomic_load_n(&st->head, __ATOMIC_RELAXED);
-	do
+	ck_stack_entry_t *head;
+	do {
+		head = perch__load_ptr((void *const *)&st->head);
 		e->next = head;
-	while (!__atomic_compare_exchange_n(&st->head, &head, e, true, __ATOMIC_RELEASE,
-					    __ATOMIC_RELAXED));
+	} while (!perch__cas_ptr((void **)&st->head, head, e));
 }
 
 static ck_stack_entry_t *inbox_stack_pop_all(ck_stack_t *st)
 {
-	return __atomic_exchange_n(&st->head, NULL, __ATOMIC_ACQUIRE);
+	return perch__xchg_ptr((void **)&st->head, NULL);
 }
 #else
 /* Many producers (push_upmc), one consumer taking the whole batch (LIFO: reversed by the caller). */
@@ -155,10 +155,12 @@ void perch__inbox_wait_posters(struct perch_loop *loop)
 {
 	unsigned spins = 0;
 	while (perch__load_u32(&loop->posting) != 0)
-		if (++spins % 64 == 0)
-			sched_yield();
-		else
-			perch__cpu_relax();
+		perch__spin_wait(&spins);
+}
+
+bool perch__inbox_has_posts(struct perch_loop *loop)
+{
+	return perch__load_ptr((void *const *)&loop->inbox.head) != NULL;
 }
 
 /* Loop thread. Runs everything posted so far in FIFO order; returns how many ran. */

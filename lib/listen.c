@@ -8,6 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <perch/sock.h>
+
+#include "atomic.h"
 #include "loop_internal.h"
 
 /* ================= accepting without fds: pause, and resume when one is freed ================= */
@@ -68,6 +71,14 @@ static void pause_accepting(struct perch__sock *ls)
 
 /* ================= accepting ================= */
 
+/* What a log line calls a listener: its address ("127.0.0.1:8080", "unix:/run/x.sock"), or its port. */
+static const char *listener_name(const struct perch__sock *ls, char *buf, size_t size)
+{
+	if (perch_addr_format((const struct sockaddr *)&ls->addr, ls->addr_len, buf, size) < 0)
+		snprintf(buf, size, "port %d", ls->port);
+	return buf;
+}
+
 /*
  * At most one line per listener every PERCH__ACCEPT_LOG_MS, with the count
  * since the last: at the fd limit every close lets one accept through and
@@ -80,8 +91,9 @@ static void accept_failed(struct perch__sock *ls, int err)
 	bool pause = !accept_retry_at_once(err) && !ls->closing;
 	double now = perch__now_ms();
 	if (ls->accept_logged_at_ms == 0 || now - ls->accept_logged_at_ms >= PERCH__ACCEPT_LOG_MS) {
-		fprintf(stderr, "perch: accept on port %d failed: %s (%u failed since the last line)%s\n",
-			ls->port, strerror(-err), ls->accept_unlogged,
+		char name[PERCH_ADDR_FORMAT_MAX];
+		fprintf(stderr, "perch: accept on %s failed: %s (%u failed since the last line)%s\n",
+			listener_name(ls, name, sizeof(name)), strerror(-err), ls->accept_unlogged,
 			pause ? "; paused until a socket closes or 100 ms pass" : "");
 		ls->accept_logged_at_ms = now;
 		ls->accept_unlogged = 0;
@@ -100,7 +112,7 @@ void perch__loop_accepted(struct perch__sock *ls, int fd)
 		close(fd);
 		return;
 	}
-	struct perch__sock *s = perch__conn_sock_new(ls->loop, fd, &ls->accept_opts);
+	struct perch__sock *s = perch__conn_sock_new(ls->loop, fd, ls->family, &ls->accept_opts);
 	if (!s || perch__table_insert(ls->loop, s) != 0) {
 		if (s)
 			perch_conn_release(s->conn); /* not in the table yet: closes fd inline */
@@ -147,8 +159,10 @@ static void run_posted_listen(struct perch_loop *loop, struct perch__msg *m)
 	}
 	int rc = listener_insert(loop, ls);
 	if (rc != 0) {
-		fprintf(stderr, "perch: listener on port %d dropped: %s\n", ls->port,
+		char name[PERCH_ADDR_FORMAT_MAX];
+		fprintf(stderr, "perch: listener on %s dropped: %s\n", listener_name(ls, name, sizeof(name)),
 			rc == -ECANCELED ? "the loop is being freed" : "out of memory");
+		perch__store_u32(&ls->dropped, 1); /* before the close: perch_listener_addr says -EBADF from here */
 		close(ls->fd);
 		ls->fd = -1;
 		ls->dropped_next = loop->dropped;
@@ -156,58 +170,81 @@ static void run_posted_listen(struct perch_loop *loop, struct perch__msg *m)
 	}
 }
 
-static int listen_socket(const struct sockaddr_storage *ss, socklen_t len, int *port)
+/* Any thread: the listen options (NULL: defaults) with zero fields resolved; 0 or -EINVAL. */
+int perch__listen_opts_resolve(const struct perch_listen_opts *in, struct perch_listen_opts *out)
+{
+	struct perch_listen_opts o = in ? *in : (struct perch_listen_opts){ 0 };
+	if (o.backlog < 0 || o.mode > 07777)
+		return -EINVAL;
+	if (o.backlog == 0)
+		o.backlog = SOMAXCONN;
+	*out = o;
+	return 0;
+}
+
+/*
+ * A TCP listening socket. SO_REUSEPORT only when asked: without it on
+ * both sides, bind refuses a port another socket listens on (EADDRINUSE),
+ * which is what a server started twice must hear.
+ */
+static int tcp_listen_socket(const struct sockaddr_storage *ss, socklen_t len,
+			     const struct perch_listen_opts *lo)
 {
 	int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	int one = 1;
-	struct sockaddr_storage bound;
-	socklen_t blen = sizeof(bound);
 	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0 ||
+	    (lo->reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) ||
 	    (ss->ss_family == AF_INET6 &&
 	     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) != 0) ||
-	    bind(fd, (const struct sockaddr *)ss, len) != 0 || listen(fd, SOMAXCONN) != 0 ||
-	    getsockname(fd, (struct sockaddr *)&bound, &blen) != 0) {
+	    bind(fd, (const struct sockaddr *)ss, len) != 0 || listen(fd, lo->backlog) != 0) {
 		int err = -errno;
 		close(fd);
 		return err;
 	}
-	*port = ntohs(ss->ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
-					       : ((struct sockaddr_in6 *)&bound)->sin6_port);
 	return fd;
 }
 
-int perch_listen(struct perch_loop *loop, const char *host, int port,
-		 const struct perch_conn_opts *opts, perch_accept_fn on_accept, void *arg,
-		 struct perch_listener **out)
+/*
+ * The listener's bound address, its family and port (host order; 0 for a
+ * Unix socket), read once here: perch_listener_addr answers from the copy
+ * on any thread, never touching an fd the loop may be closing.
+ */
+static int bound_address(int fd, struct perch__sock *ls)
 {
-	struct sockaddr_storage ss;
-	socklen_t len;
-	struct perch_conn_opts o;
-	if (!loop || !on_accept || !out || perch__addr_parse(host, port, &ss, &len) != 0 ||
-	    perch__conn_opts_resolve(opts, &o) != 0)
-		return -EINVAL;
+	ls->addr_len = sizeof(ls->addr);
+	if (getsockname(fd, (struct sockaddr *)&ls->addr, &ls->addr_len) != 0)
+		return -errno;
+	const struct sockaddr_storage *a = &ls->addr;
+	ls->family = a->ss_family;
+	ls->port = a->ss_family == AF_INET    ? ntohs(((const struct sockaddr_in *)a)->sin_port)
+		   : a->ss_family == AF_INET6 ? ntohs(((const struct sockaddr_in6 *)a)->sin6_port)
+					      : 0;
+	return 0;
+}
+
+int perch__listener_start(struct perch_loop *loop, int fd, const struct perch_conn_opts *o,
+			  perch_accept_fn on_accept, void *arg, struct perch_listener **out)
+{
 	struct perch_listener *l = calloc(1, sizeof(*l) + loop->be->sock_size);
 	if (!l)
 		return -ENOMEM;
 	struct perch__sock *ls = &l->sk;
-	int fd = listen_socket(&ss, len, &ls->port);
-	if (fd < 0) {
+	int rc = bound_address(fd, ls);
+	if (rc != 0) {
 		free(l);
-		return fd;
+		return rc;
 	}
 	ls->loop = loop;
 	ls->kind = PERCH__SOCK_LISTENER;
 	ls->fd = fd;
 	ls->on_accept = on_accept;
 	ls->accept_arg = arg;
-	ls->accept_opts = o;
+	ls->accept_opts = *o;
 	if (perch__loop_is_current(loop)) {
-		int rc = listener_insert(loop, ls);
+		rc = listener_insert(loop, ls);
 		if (rc != 0) {
-			close(fd);
 			free(l);
 			return rc;
 		}
@@ -220,6 +257,33 @@ int perch_listen(struct perch_loop *loop, const char *host, int port,
 	*out = l;
 	perch__inbox_push(loop, &ls->listen_msg);
 	return 0;
+}
+
+int perch_listen_tcp(struct perch_loop *loop, const char *host, int port,
+		     const struct perch_listen_opts *lopts, const struct perch_conn_opts *opts,
+		     perch_accept_fn on_accept, void *arg, struct perch_listener **out)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	struct perch_conn_opts o;
+	struct perch_listen_opts lo;
+	if (!loop || !on_accept || !out || perch__addr_parse(host, port, &ss, &len) != 0 ||
+	    perch__conn_opts_resolve(opts, &o) != 0 || perch__listen_opts_resolve(lopts, &lo) != 0)
+		return -EINVAL;
+	int fd = tcp_listen_socket(&ss, len, &lo);
+	if (fd < 0)
+		return fd;
+	int rc = perch__listener_start(loop, fd, &o, on_accept, arg, out);
+	if (rc != 0)
+		close(fd);
+	return rc;
+}
+
+int perch_listen(struct perch_loop *loop, const char *host, int port,
+		 const struct perch_conn_opts *opts, perch_accept_fn on_accept, void *arg,
+		 struct perch_listener **out)
+{
+	return perch_listen_tcp(loop, host, port, NULL, opts, on_accept, arg, out);
 }
 
 int perch_listener_port(const struct perch_listener *l)

@@ -13,6 +13,7 @@
 
 #define DEFAULT_READ_BUDGET (64u * 1024)   /* epoll: bytes per connection per turn */
 #define FREE_DRAIN_MS 5000        /* perch_loop_free waits this long for the last completions */
+#define FREE_LAST_DRAINS 64       /* and drains posts made by posts at most this many times */
 
 /* ================= options and the backend ================= */
 
@@ -79,13 +80,15 @@ static int backend_init(struct perch_loop *loop)
 			continue;
 		loop->be = be;
 		loop->be_refused_at = NULL;
+		loop->be_refused_why[0] = '\0';
 		rc = be->init(loop, &loop->opts);
 		if (rc == 0 || !refused(rc))
 			return rc;
 		const struct perch__backend *next = any && i + 1 < NBACKENDS ? backends[i + 1] : NULL;
 		fprintf(stderr, "perch: %s refused: %s: %s%s%s\n", be->name,
 			loop->be_refused_at ? loop->be_refused_at : "setup",
-			be->refusal_cause ? be->refusal_cause(rc) : strerror(-rc), next ? "; using " : "",
+			loop->be_refused_why[0] ? loop->be_refused_why
+			: be->refusal_cause ? be->refusal_cause(rc) : strerror(-rc), next ? "; using " : "",
 			next ? next->name : "");
 		if (!next)
 			return rc;
@@ -202,9 +205,15 @@ static void last_turns(struct perch_loop *loop)
 		perch__inbox_drain(loop);
 		close_all(loop);
 	}
-	/* A post under way when the free began lands before this last drain, and runs. */
-	perch__inbox_wait_posters(loop);
-	perch__inbox_drain(loop);
+	/*
+	 * A post under way when the free began lands before these last drains,
+	 * and runs; so does one that a callback they run makes (an adoption's
+	 * -ECANCELED report). Bounded, for a callback that posts from every post.
+	 */
+	int rounds = 0;
+	do
+		perch__inbox_wait_posters(loop);
+	while (perch__inbox_drain(loop) > 0 && ++rounds < FREE_LAST_DRAINS);
 	perch__current_loop = prev;
 }
 
@@ -230,6 +239,10 @@ void perch_loop_free(struct perch_loop *loop)
 	if (loop->live > 0)
 		fprintf(stderr, "perch: loop freed with %u sockets still in flight%s: finalized without their last completions\n",
 			loop->live, owner ? "" : " (perch_loop_free called off the loop's thread)");
+	if (perch__inbox_has_posts(loop))
+		fprintf(stderr, "perch: loop freed with posted work never run%s\n",
+			owner ? " (callbacks kept posting through its last drains)"
+			      : " (perch_loop_free called off the loop's thread)");
 	/* After the last turns: their drains drop the listens still queued onto the list. */
 	free_dropped(loop);
 	perch__timers_unbind_all(loop);

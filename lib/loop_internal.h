@@ -64,6 +64,8 @@ void perch__inbox_push(struct perch_loop *loop, struct perch__msg *m);
 int perch__inbox_drain(struct perch_loop *loop);
 /* Loop thread, in perch_loop_free: returns once no thread is inside a post or a stop. */
 void perch__inbox_wait_posters(struct perch_loop *loop);
+/* Whether anything posted waits to run (perch_loop_free: work it will never run). */
+bool perch__inbox_has_posts(struct perch_loop *loop);
 
 /* ---- the socket table, options, sockets (lib/sock.c; loop thread unless said) ---- */
 
@@ -82,9 +84,18 @@ int perch__table_insert(struct perch_loop *loop, struct perch__sock *s);
 int perch__conn_opts_resolve(const struct perch_conn_opts *in, struct perch_conn_opts *out);
 /* Any thread: a numeric host and port as a sockaddr in *ss, its size in *len; 0 or -EINVAL. */
 int perch__addr_parse(const char *host, int port, struct sockaddr_storage *ss, socklen_t *len);
-/* Any thread: a connection socket over `fd` with the loop's reference on its conn; NULL: out of memory (fd left open). */
-struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd,
+/*
+ * Any thread: a Unix socket name (a path, or "@name": abstract) as a
+ * sockaddr_un in *ss, its exact size in *len; 0, -EINVAL (NULL, empty, a
+ * bare "@") or -ENAMETOOLONG (lib/unix_addr.c).
+ */
+int perch__unix_addr_parse(const char *name, struct sockaddr_storage *ss, socklen_t *len,
+			   bool *abstract);
+/* Any thread: a connection socket over `fd` (of `family`) with the loop's reference on its conn; NULL: out of memory (fd left open). */
+struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd, sa_family_t family,
 					 const struct perch_conn_opts *opts);
+/* Any thread: the loop socket under a connection, or NULL when it is not a loop's (an in-memory pipe). */
+struct perch__sock *perch__conn_sock(const struct perch_conn *c);
 /* TCP_NODELAY unless the connection asked for Nagle's algorithm. */
 void perch__sock_set_nodelay(const struct perch__sock *s);
 /* Starts closing s, once: through the backend when in the table, else at once (a listener is freed). */
@@ -103,11 +114,30 @@ bool perch__op_txbuf_put(struct perch_conn *c, struct perch__txbuf *b);
 /* perch_loop_free: frees the staging pool (lib/send.c). */
 void perch__txbuf_pool_free(struct perch_loop *loop);
 
+/* ---- connecting (lib/connect.c) ---- */
+
+/*
+ * Any thread: s, over an fd connected already, is posted to its loop,
+ * which puts it in the table and reports it to on_connected as a connect
+ * would (-ENOMEM or -ECANCELED closing it), never from inside the caller.
+ */
+void perch__conn_adopted_post(struct perch__sock *s, perch_connect_fn on_connected, void *arg);
+
 /* ---- accepting (lib/listen.c; loop thread) ---- */
 
 /* A socket closed (an fd is free) or the retry time passed: every paused listener tries again. */
 void perch__accept_resume(struct perch_loop *loop);
 /* loop->accept_retry's callback (arg: the loop): resumes the paused listeners. */
 void perch__accept_retry_due(struct perch_timer *t, void *arg);
+/* Any thread: `in` (NULL: defaults) with every zero field resolved into *out; 0 or -EINVAL. */
+int perch__listen_opts_resolve(const struct perch_listen_opts *in, struct perch_listen_opts *out);
+/*
+ * Any thread: a listener accepting on `fd` (listening already) with the
+ * resolved options `o`, as perch_listen returns it. On success the fd is
+ * the listener's; on failure (getsockname's error, -ENOMEM, or on the
+ * loop thread -ENOMEM or -ECANCELED) it is still the caller's.
+ */
+int perch__listener_start(struct perch_loop *loop, int fd, const struct perch_conn_opts *o,
+			  perch_accept_fn on_accept, void *arg, struct perch_listener **out);
 
 #endif /* PERCH_LIB_LOOP_INTERNAL_H */

@@ -149,7 +149,7 @@ int perch__addr_parse(const char *host, int port, struct sockaddr_storage *ss, s
 }
 
 /* A connection socket over `fd`, with the loop's reference on its conn. Any thread. */
-struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd,
+struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd, sa_family_t family,
 					 const struct perch_conn_opts *opts)
 {
 	struct perch__sock *s = calloc(1, sizeof(*s) + loop->be->sock_size);
@@ -158,6 +158,7 @@ struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd,
 	s->loop = loop;
 	s->kind = PERCH__SOCK_CONN;
 	s->fd = fd;
+	s->family = family;
 	s->opts = *opts;
 	s->conn = perch__conn_new(&loop_conn_ops, s);
 	if (!s->conn) {
@@ -165,6 +166,11 @@ struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd,
 		return NULL;
 	}
 	return s;
+}
+
+struct perch__sock *perch__conn_sock(const struct perch_conn *c)
+{
+	return c && c->ops == &loop_conn_ops ? c->transport : NULL;
 }
 
 /*

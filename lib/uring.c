@@ -124,6 +124,8 @@ static int ring_setup(struct perch_loop *loop, struct uring *u, unsigned entries
 			break;
 	}
 	loop->be_refused_at = "io_uring_queue_init";
+	if (rc == -ENOMEM)
+		perch__uring_explain_enomem(loop, perch__uring_ring_lock_bytes(entries));
 	return rc;
 }
 
@@ -296,7 +298,7 @@ static const char *uring_refusal_cause(int err)
 	switch (err) {
 	case -EPERM: return "not permitted (kernel.io_uring_disabled, seccomp, or a container policy)";
 	case -ENOSYS: return "not supported by this kernel";
-	case -ENOMEM: return "out of locked memory for the ring (RLIMIT_MEMLOCK)";
+	case -ENOMEM: return "out of memory"; /* the locked-memory limit is named by perch__uring_explain_enomem */
 	default: return strerror(-err);
 	}
 }

@@ -71,6 +71,8 @@ int perch__uring_bufs_setup(struct perch_loop *loop, struct uring *u, uint32_t c
 	u->buf_size = size;
 	u->mask = (uint32_t)io_uring_buf_ring_mask(count);
 	u->br_bytes = ((count * sizeof(struct io_uring_buf)) + (size_t)page - 1) & ~((size_t)page - 1);
+	/* The process's own allocations: no kernel limit but the address space's, so plainly memory. */
+	loop->be_refused_at = "the receive buffers' allocation";
 	if (posix_memalign((void **)&u->br, (size_t)page, u->br_bytes) != 0)
 		return -ENOMEM;
 	if (posix_memalign((void **)&u->bufs, (size_t)page, (size_t)count * size) != 0)
@@ -79,6 +81,7 @@ int perch__uring_bufs_setup(struct perch_loop *loop, struct uring *u, uint32_t c
 	u->spare = malloc(count * sizeof(*u->spare));
 	if (!u->segs || !u->spare)
 		return -ENOMEM;
+	loop->be_refused_at = NULL;
 	memset(u->br, 0, u->br_bytes);
 	io_uring_buf_ring_init(u->br);
 	struct io_uring_buf_reg reg = {
@@ -89,6 +92,10 @@ int perch__uring_bufs_setup(struct perch_loop *loop, struct uring *u, uint32_t c
 	int rc = io_uring_register_buf_ring(&u->ring, &reg, 0);
 	if (rc != 0) {
 		loop->be_refused_at = "io_uring_register_buf_ring";
+		/* Charged after the ring itself, to the same limit. */
+		if (rc == -ENOMEM)
+			perch__uring_explain_enomem(loop, perch__uring_ring_lock_bytes(loop->opts.sq_entries) +
+								  perch__uring_buf_ring_lock_bytes(count));
 		return rc;
 	}
 	/* Low ids on top of the spare stack, so the ring starts with 0, 1, 2... */

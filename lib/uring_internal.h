@@ -1,4 +1,4 @@
-/* lib/uring_internal.h: the io_uring backend's own state and what its three files share (uring.c, uring_bufs.c, uring_ops.c). */
+/* lib/uring_internal.h: the io_uring backend's own state and what its files share (uring.c, uring_bufs.c, uring_ops.c, uring_enomem.c). */
 #ifndef PERCH_LIB_URING_INTERNAL_H
 #define PERCH_LIB_URING_INTERNAL_H
 
@@ -123,6 +123,12 @@ static inline void perch__uring_buf_return(struct uring *u, uint32_t bid)
 
 /* Maps and registers the ring of `count` buffers of `size` (liburing 2.3 has no setup helper). */
 int perch__uring_bufs_setup(struct perch_loop *loop, struct uring *u, uint32_t count, uint32_t size);
+
+/* uring_enomem.c: what the kernel locks for a ring of `entries`, and for a buffer ring of `count` (lower bounds). */
+size_t perch__uring_ring_lock_bytes(uint32_t entries);
+size_t perch__uring_buf_ring_lock_bytes(uint32_t count);
+/* After an -ENOMEM from the ring's setup that needed `need` locked bytes: loop->be_refused_why says why. */
+void perch__uring_explain_enomem(struct perch_loop *loop, size_t need);
 /* The ring ran short while spares wait: doubles the target, tops up. Returns how many went in. */
 uint32_t perch__uring_ring_grow(struct uring *u);
 /* Once a poll: halves the target after RING_SHRINK_POLLS quiet polls. */

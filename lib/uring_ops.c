@@ -57,10 +57,18 @@ void perch__uring_buf_release(struct perch_loop *loop, struct perch__rxseg *rs)
 static bool bytes_waiting_for_multishot(const struct perch__sock *s)
 {
 	int queued = 0;
-	return s->opts.recv_mode != PERCH_RECV_SINGLESHOT && ioctl(s->fd, FIONREAD, &queued) == 0 &&
+	return s->opts.recv_mode != PERCH_RECV_SINGLESHOT && s->family != AF_UNIX &&
+	       ioctl(s->fd, FIONREAD, &queued) == 0 &&
 	       queued > 0;
 }
 
+/*
+ * A Unix socket always receives single-shot: a multishot recv armed to
+ * wait for readability first (as an idle one must be, or it takes a
+ * buffer's turn and parks) now and then never reported the end of a
+ * stream that came right after bytes (kernel 6.18: doc/loop.md, "Unix
+ * domain sockets").
+ */
 void perch__uring_recv_arm(struct perch__sock *s)
 {
 	struct uring *u = st_of(s->loop);
@@ -80,7 +88,7 @@ void perch__uring_recv_arm(struct perch__sock *s)
 	if (!sqe)
 		return; /* the ring is broken: the poll reports it */
 	perch__unpark(&u->parked, s);
-	if (s->opts.recv_mode == PERCH_RECV_SINGLESHOT) {
+	if (s->opts.recv_mode == PERCH_RECV_SINGLESHOT || s->family == AF_UNIX) {
 		io_uring_prep_recv(sqe, s->fd, NULL, 0, 0);
 		us->flags |= F_RECV;
 	} else {
@@ -150,7 +158,7 @@ void perch__uring_connect(struct perch__sock *s)
 	struct io_uring_sqe *sqe = perch__uring_sqe_get(u);
 	if (!sqe)
 		return;
-	io_uring_prep_connect(sqe, s->fd, (struct sockaddr *)&s->peer, s->peer_len);
+	io_uring_prep_connect(sqe, s->fd, (struct sockaddr *)&s->addr, s->addr_len);
 	io_uring_sqe_set_data64(sqe, UD(OP_CONNECT, s));
 	us_of(s)->inflight++;
 }

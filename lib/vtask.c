@@ -2,13 +2,9 @@
 #include "config.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <stddef.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <perch/vtask.h>
 
@@ -65,19 +61,6 @@ static uint32_t *futex_word(struct perch_vtask *vt)
 	return (uint32_t *)&vt->state;
 }
 
-/* Wakes sleepers on the word; reads and writes no memory of the task. */
-static void futex_wake_all(uint32_t *addr)
-{
-	syscall(SYS_futex, addr, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, INT_MAX, NULL, NULL, 0);
-}
-
-/* Sleeps while the low half still equals `seen`, until an absolute CLOCK_MONOTONIC deadline. */
-static void futex_wait_until(uint32_t *addr, uint32_t seen, const struct timespec *deadline)
-{
-	syscall(SYS_futex, addr, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, seen, deadline, NULL,
-		FUTEX_BITSET_MATCH_ANY);
-}
-
 /* The state if `token` names its version, else 0 (which never names one). */
 static uint64_t state_of(struct perch_vtask *vt, uint32_t token)
 {
@@ -99,12 +82,11 @@ uint32_t perch_vtask_ready(struct perch_vtask *vt)
 {
 	if (!vt)
 		return 0;
-	for (unsigned spins = 0;; spins++) {
+	for (unsigned spins = 0;;) {
 		uint64_t old = perch__load_u64(&vt->state);
 		if (st_phase(old) == PH_REGISTERING) {
 			/* A registrant of the old version is between its two CASes: let it finish. */
-			if (spins > 64)
-				sched_yield();
+			perch__spin_wait(&spins);
 			continue;
 		}
 		/* Only the owner changes the version. */
@@ -114,7 +96,7 @@ uint32_t perch_vtask_ready(struct perch_vtask *vt)
 		if (!perch__cas_u64(&vt->state, old, st_make(next, PH_PENDING, 0)))
 			continue;
 		if (old & WAITER)
-			futex_wake_all(futex_word(vt)); /* their version is gone: they return -ESTALE */
+			perch__futex_wake_all(futex_word(vt)); /* their version is gone: they return -ESTALE */
 		return next;
 	}
 }
@@ -146,7 +128,7 @@ int perch_vtask_complete(struct perch_vtask *vt, uint32_t token, int64_t result)
 		if (!perch__cas_u64(&vt->state, s, done))
 			continue; /* a registration or a waiter changed the word: look again */
 		if (s & WAITER)
-			futex_wake_all(futex_word(vt));
+			perch__futex_wake_all(futex_word(vt));
 		if (fn)
 			fn(arg, result);
 		return 0;
@@ -254,7 +236,7 @@ int perch_vtask_wait(struct perch_vtask_handle h, int timeout_ms, int64_t *resul
 		/* Announce the sleeper in the word itself, so the completing CAS sees it and wakes. */
 		if (!(s & WAITER) && !perch__cas_u64(&h.task->state, s, s | WAITER))
 			continue;
-		futex_wait_until(futex_word(h.task), (uint32_t)(s | WAITER),
+		perch__futex_wait(futex_word(h.task), (uint32_t)(s | WAITER),
 				 timeout_ms >= 0 ? &deadline : NULL);
 	}
 }

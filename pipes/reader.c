@@ -1,7 +1,6 @@
 /* pipes/reader.c: the pipe reader, parked directly in the connection's read slot. */
 #include "config.h"
 
-#include <sched.h>
 #include <stdlib.h>
 
 #include "atomic.h"
@@ -22,22 +21,13 @@ static uint64_t reader_reparking(struct perch_recv_listener *l, struct perch_con
 	return perch__load_u64(&READER_OF(l, repark)->repark_cookie);
 }
 
-/* One step of a wait that lasts a moment: pause, and give the CPU away now and then. */
-static void wait_a_moment(unsigned *spins)
-{
-	if (++*spins % 64 == 0)
-		sched_yield();
-	else
-		perch__cpu_relax();
-}
-
 static void discard_all(struct perch_pipe_reader *r)
 {
 	/* Busy only while another side holds the slot for a moment; a parked read is canceled first. */
 	unsigned spins = 0;
 	while (perch__conn_discard(r->c) != 0) {
 		perch_conn_cancel_read(r->c);
-		wait_a_moment(&spins);
+		perch__spin_wait(&spins);
 	}
 }
 
@@ -206,7 +196,7 @@ void perch_pipe_reader_free(struct perch_pipe_reader *r)
 	 */
 	unsigned spins = 0;
 	while (reader_waiting(r))
-		wait_a_moment(&spins);
+		perch__spin_wait(&spins);
 	perch__conn_unref(r->c);
 	free(r);
 }

@@ -34,6 +34,28 @@ struct race_def {
 	 * floor as the overlaps, so the race proves that window ran.
 	 */
 	int window_branch;
+	/*
+	 * The named window is a few instructions wide: real threads meet in
+	 * it too seldom to prove it (the free suite counts it, and holds the
+	 * overlap floor only); the scheduled suite holds it to the floor.
+	 */
+	bool window_needs_scheduler;
+	/*
+	 * Small enough for the scheduled suite to run every schedule with at
+	 * most PERCH_RACE_BOUND preemptions (default 2), after its PCT rounds.
+	 */
+	bool exhaustive;
+	/*
+	 * Set when a thread outside the race takes part (a loop's, on the real
+	 * kernel): the scheduler orders the actors, not that thread, so a
+	 * replay repeats the actors' schedule but not the kernel's timing.
+	 */
+	bool outside_thread;
+	/*
+	 * Why the scheduled suite skips this race, and which scheduled race
+	 * covers its window instead; NULL for a race it runs.
+	 */
+	const char *free_only;
 };
 
 struct race_outcome {
@@ -43,6 +65,9 @@ struct race_outcome {
 	uint64_t branches[RACE_MAX_BRANCHES];
 	double seconds;
 	bool passed;
+	bool exhausted;     /* exhaustive: every schedule within the bound ran */
+	uint64_t longest;   /* scheduled: the longest round, in scheduling points */
+	unsigned bound;     /* exhaustive: the preemption bound */
 };
 
 /* Counts one round through branch `i` (from judge, on the main actor). */
@@ -72,7 +97,12 @@ void race_busy_work(void);
 /* A yielding spin: pause a few times, then give the CPU away (a 1-core machine must still finish). */
 void race_spin_pause(unsigned *spins);
 
-/* Runs every race in `defs`, prints the summary table, returns the exit status. */
+/*
+ * Runs every race in `defs`, prints the summary table, returns the exit
+ * status. In the scheduled build (stress/perch_stress_sched) each race runs
+ * under stress/sched.c: PCT rounds, then the exhaustive search where the
+ * race allows it; PERCH_RACE_SEED=N replays a run.
+ */
 int race_main(int argc, char **argv, const struct race_def *const *defs, int n);
 
 #endif /* PERCH_STRESS_HARNESS_H */

@@ -21,6 +21,7 @@ struct flush_state {
 	int rc;
 	bool gave_up;
 	bool parked_during_signal;     /* the second flush parked before the first's signal returned */
+	bool refused_in_flight;        /* a shutdown was refused while the send was out */
 };
 
 static void *flush_create(void)
@@ -54,6 +55,7 @@ static void setup_one_parked(void *p, uint64_t round)
 	s->c = race_conn_new(&s->t);
 	flusher_reset(&s->first);
 	flusher_reset(&s->second);
+	s->second.cookie_base = 100;
 	s->first.during_done = busy_signal;
 	s->rc = 0;
 	s->gave_up = false;
@@ -99,6 +101,12 @@ static bool judge_flush_vs_completion(struct race *r, void *p, uint64_t round)
 	}
 	if (s->first.deliveries != 1 || s->first.last_result != 0) {
 		race_fail(r, round, "first flush signalled %u times (result %d)", s->first.deliveries, s->first.last_result);
+		ok = false;
+	}
+	/* Its own park's cookie: read before the guard let the second park store its own. */
+	if (s->first.deliveries == 1 && s->first.last_cookie != 1) {
+		race_fail(r, round, "first flush signalled with cookie %llu, not its own (1)",
+			  (unsigned long long)s->first.last_cookie);
 		ok = false;
 	}
 	if (s->second.deliveries != 0) {
@@ -237,9 +245,64 @@ static bool judge_own_flush_vs_completion(struct race *r, void *p, uint64_t roun
 	return ok;
 }
 
+/*
+ * A proxy passing an end on as soon as it may: the shutdown is refused
+ * while the kernel holds the flush's bytes and retried, so the end always
+ * follows them. The fake transport plays the kernel, so the scheduler
+ * drives both sides (loop_close's race of the same name waits on a real
+ * loop's thread, which no scheduler drives).
+ */
+static void setup_send_in_flight(void *p, uint64_t round)
+{
+	struct flush_state *s = p;
+	setup_one_parked(p, round);
+	s->rc = 1;
+	s->refused_in_flight = false;
+}
+
+static void shutdown_once_it_may(void *p, uint64_t round)
+{
+	struct flush_state *s = p;
+	unsigned spins = 0, total = 0;
+	int rc;
+	while ((rc = perch_conn_shutdown(s->c)) == -EBUSY) {
+		s->refused_in_flight = true;
+		if (++total > WRITE_SPIN_LIMIT) {
+			s->gave_up = true;
+			break;
+		}
+		race_spin_pause(&spins);
+	}
+	s->rc = rc;
+}
+
+/* The end was made once, never while the kernel still held the flush, and the flush was signalled once. */
+static bool judge_shutdown_vs_send(struct race *r, void *p, uint64_t round)
+{
+	struct flush_state *s = p;
+	bool ok = s->rc == 0 && !s->gave_up && s->t.shutdowns == 1 && s->t.shut_while_sending == 0 &&
+		  s->first.deliveries == 1;
+	if (!ok)
+		race_fail(r, round, "shutdown rc %d%s: %u made, %u while the send was out; flush signalled %u times",
+			  s->rc, s->gave_up ? " (gave up)" : "", s->t.shutdowns, s->t.shut_while_sending,
+			  s->first.deliveries);
+	race_branch(r, s->refused_in_flight ? 1 : 0);
+	race_conn_end(s->c);
+	return ok;
+}
+
+const struct race_def race_shutdown_vs_send_done = {
+	.name = "flush_arm: a shutdown retried while the send is out; the end comes last",
+	.actors = 2, .exhaustive = true, .create = flush_create, .destroy = flush_destroy,
+	.setup = setup_send_in_flight,
+	.actor = { shutdown_once_it_may, first_send_completes }, .judge = judge_shutdown_vs_send,
+	.branch_names = { "shut once the send had completed", "refused while the send was out, then shut" },
+	.window_branch = 2,
+};
+
 const struct race_def race_own_flush_vs_completion = {
 	.name = "flush_arm: the conn's own flush again races the last completion",
-	.actors = 2, .create = flush_create, .destroy = flush_destroy, .setup = setup_own_flush_awaited,
+	.actors = 2, .exhaustive = true, .create = flush_create, .destroy = flush_destroy, .setup = setup_own_flush_awaited,
 	.actor = { own_write_and_flush_again, first_send_completes }, .judge = judge_own_flush_vs_completion,
 	.branch_names = { "the second refused (the first still waited)", "the second parked after the first" },
 	.window_branch = 2,
@@ -247,21 +310,21 @@ const struct race_def race_own_flush_vs_completion = {
 
 const struct race_def race_close_vs_send_done = {
 	.name = "flush_arm: close races the send's completion",
-	.actors = 2, .create = flush_create, .destroy = flush_destroy, .setup = setup_parked_flush,
+	.actors = 2, .exhaustive = true, .create = flush_create, .destroy = flush_destroy, .setup = setup_parked_flush,
 	.actor = { conn_closes, send_completes }, .judge = judge_close_vs_send_done,
 	.branch_names = { "the send's completion signalled", "the close signalled" },
 };
 
 const struct race_def race_flush_vs_completion = {
 	.name = "flush_arm: flush races last completion",
-	.actors = 2, .create = flush_create, .destroy = flush_destroy, .setup = setup_one_parked,
+	.actors = 2, .exhaustive = true, .create = flush_create, .destroy = flush_destroy, .setup = setup_one_parked,
 	.actor = { write_and_flush_again, first_send_completes }, .judge = judge_flush_vs_completion,
 	.branch_names = { "second parked while the first was signalled", "second parked after the signal" },
 };
 
 const struct race_def race_flush_vs_close = {
 	.name = "flush_arm: flush races close",
-	.actors = 2, .create = flush_create, .destroy = flush_destroy, .setup = setup_staged,
+	.actors = 2, .exhaustive = true, .create = flush_create, .destroy = flush_destroy, .setup = setup_staged,
 	.actor = { flush_first, conn_closes }, .judge = judge_flush_vs_close,
 	.branch_names = { "refused: closed before the flush", "refused: close taken back after arming",
 			  "parked, close delivered before the send", "parked and sent, close delivered" },

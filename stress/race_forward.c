@@ -118,7 +118,7 @@ static bool judge_forward_vs_close(struct race *r, void *p, uint64_t round)
 
 const struct race_def race_forward_vs_close = {
 	.name = "forward: a forward races the destination's close",
-	.actors = 2, .create = forward_create, .destroy = forward_destroy, .setup = forward_setup,
+	.actors = 2, .exhaustive = true, .create = forward_create, .destroy = forward_destroy, .setup = forward_setup,
 	.actor = { forward_then_flush, dst_closes }, .judge = judge_forward_vs_close,
 	.branch_names = { "refused: the close came first", "staged, then the flush found it closed",
 			  "staged and sent, then closed" },

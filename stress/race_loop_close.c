@@ -702,7 +702,7 @@ static bool judge_shutdown_vs_close(struct race *r, void *p, uint64_t round)
 
 const struct race_def race_loop_shutdown_vs_close = {
 	.name = "loop_close: an off-loop shutdown races a close on the loop; never a shutdown after it",
-	.actors = 2, .create = lc_create, .destroy = lc_destroy, .setup = lc_setup_shut,
+	.actors = 2, .outside_thread = true, .create = lc_create, .destroy = lc_destroy, .setup = lc_setup_shut,
 	.actor = { shutdown_off_loop, close_on_loop }, .judge = judge_shutdown_vs_close,
 	.branch_names = { "refused at once (-EPIPE)", "shut before the close",
 			  "posted, found the socket closing (no shutdown(2))" },
@@ -711,23 +711,27 @@ const struct race_def race_loop_shutdown_vs_close = {
 
 const struct race_def race_loop_shutdown_vs_flush = {
 	.name = "loop_close: a shutdown retried while the kernel holds the flush; the end comes last",
-	.actors = 2, .create = lc_create, .destroy = lc_destroy, .setup = lc_setup_order,
+	.actors = 2, .outside_thread = true, .create = lc_create, .destroy = lc_destroy, .setup = lc_setup_order,
 	.actor = { shutdown_once_it_may, wait_for_the_send }, .judge = judge_order,
 	.branch_names = { "shut once the flush had completed",
 			  "refused while the kernel held the flush, then shut" },
 	.window_branch = 2,
+	.free_only = "its window is a real loop's thread completing the send, which no scheduler "
+		     "drives (on one core it ran 95 times in 80,000 scheduled rounds); "
+		     "'flush_arm: a shutdown retried while the send is out' is the same window "
+		     "with the fake transport as the kernel, scheduled and exhaustive",
 };
 
 const struct race_def race_loop_pipe_read_vs_close = {
 	.name = "loop_close: a pipe read off the loop races close, completes, says closed",
-	.actors = 2, .create = lc_create, .destroy = lc_destroy, .setup = lc_setup_pipe_reader,
+	.actors = 2, .outside_thread = true, .create = lc_create, .destroy = lc_destroy, .setup = lc_setup_pipe_reader,
 	.actor = { pipe_read_off_loop, close_off_loop }, .judge = judge_pipe_read_vs_close,
 	.branch_names = { "served at once (closed)", "parked, completed by the close" },
 };
 
 const struct race_def race_loop_pipe_flush_vs_close = {
 	.name = "loop_close: a pipe flush off the loop races close and completes",
-	.actors = 2, .create = lc_create, .destroy = lc_destroy, .setup = lc_setup_pipe_writer,
+	.actors = 2, .outside_thread = true, .create = lc_create, .destroy = lc_destroy, .setup = lc_setup_pipe_writer,
 	.actor = { pipe_flush_off_loop, close_off_loop }, .judge = judge_pipe_flush_vs_close,
 	.branch_names = { "refused at once (-EPIPE)", "parked, completed -EPIPE",
 			  "parked, the send completed first (0)" },
@@ -735,7 +739,7 @@ const struct race_def race_loop_pipe_flush_vs_close = {
 
 const struct race_def race_loop_read_vs_close = {
 	.name = "loop_close: off-loop read races close",
-	.actors = 2, .create = lc_create, .destroy = lc_destroy, .setup = lc_setup,
+	.actors = 2, .outside_thread = true, .create = lc_create, .destroy = lc_destroy, .setup = lc_setup,
 	.actor = { read_off_loop, close_off_loop }, .judge = judge_read_vs_close,
 	.branch_names = { "served at once (closed)", "parked, close delivered",
 			  "parked, delivered on the reader's thread" },
@@ -743,7 +747,7 @@ const struct race_def race_loop_read_vs_close = {
 
 const struct race_def race_loop_flush_vs_close = {
 	.name = "loop_close: off-loop flush races close",
-	.actors = 2, .create = lc_create, .destroy = lc_destroy, .setup = lc_setup_staged,
+	.actors = 2, .outside_thread = true, .create = lc_create, .destroy = lc_destroy, .setup = lc_setup_staged,
 	.actor = { flush_off_loop, close_off_loop }, .judge = judge_flush_vs_close,
 	.branch_names = { "refused at once (-EPIPE)", "parked, close signalled -EPIPE",
 			  "parked, the send completed first",

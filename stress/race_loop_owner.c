@@ -78,6 +78,7 @@ static bool one_owner(struct race *r, void *p, uint64_t round)
 const struct race_def race_loop_owner_claim = {
 	.name = "loop_owner: two threads start a new loop at once; one owns it",
 	.actors = 2,
+	.exhaustive = true,
 	.create = owner_create,
 	.destroy = owner_destroy,
 	.setup = owner_setup,

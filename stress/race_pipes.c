@@ -210,7 +210,7 @@ static bool judge_flush_vs_close(struct race *r, void *p, uint64_t round)
 
 const struct race_def race_pipe_read_vs_close = {
 	.name = "pipes: a parked read is delivered once when close races its arming",
-	.actors = 2, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_conn_adapters,
+	.actors = 2, .exhaustive = true, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_conn_adapters,
 	.actor = { pipe_read, conn_closes }, .judge = judge_read_vs_close,
 	.branch_names = { "served at once: closed before the claim",
 			  "served: close marked the claim during on_parking",
@@ -220,7 +220,7 @@ const struct race_def race_pipe_read_vs_close = {
 
 const struct race_def race_pipe_flush_vs_close = {
 	.name = "pipes: a parked flush is delivered once when close races its arming",
-	.actors = 2, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_staged,
+	.actors = 2, .exhaustive = true, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_staged,
 	.actor = { pipe_flush, conn_closes }, .judge = judge_flush_vs_close,
 	.branch_names = { "refused at once: closed before", "refused: close landed while arming",
 			  "parked, close signalled -EPIPE" },
@@ -276,7 +276,7 @@ static bool judge_mem_flush_vs_consume(struct race *r, void *p, uint64_t round)
 
 const struct race_def race_mem_flush_vs_consume = {
 	.name = "pipes: an in-memory flush waiting for room races the reader's consume",
-	.actors = 2, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_mem_full,
+	.actors = 2, .exhaustive = true, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_mem_full,
 	.actor = { pipe_flush, reader_consumes }, .judge = judge_mem_flush_vs_consume,
 	.branch_names = { "room already made: done at once", "waited, the consume completed it" },
 };
@@ -331,7 +331,7 @@ static bool judge_stale_wake_vs_bytes(struct race *r, void *p, uint64_t round)
 
 const struct race_def race_pipe_stale_wake_vs_bytes = {
 	.name = "pipes: a wake with nothing new races bytes; the re-park keeps the caller",
-	.actors = 2, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_parked_read,
+	.actors = 2, .exhaustive = true, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_parked_read,
 	.actor = { stale_wake, bytes_arrive }, .judge = judge_stale_wake_vs_bytes,
 	.branch_names = { "the slot empty after", "the slot still held after (not expected)",
 			  "the stale wake took the park", "the bytes took the park" },
@@ -366,7 +366,7 @@ static void setup_parked_read_with_kept_bytes(void *p, uint64_t round)
 
 const struct race_def race_pipe_complete_vs_stale_wake = {
 	.name = "pipes: complete races a wake with nothing new (its re-park)",
-	.actors = 2, .create = pipe_create, .destroy = pipe_destroy,
+	.actors = 2, .exhaustive = true, .create = pipe_create, .destroy = pipe_destroy,
 	.setup = setup_parked_read_with_kept_bytes,
 	.actor = { reader_completes, stale_wake }, .judge = judge_complete_vs_stale_wake,
 	.branch_names = { "the stale wake delivered", "complete's cancel delivered" },
@@ -416,7 +416,7 @@ static bool judge_cancel_vs_send_done(struct race *r, void *p, uint64_t round)
 
 const struct race_def race_pipe_cancel_vs_send_done = {
 	.name = "pipes: a flush cancel races the kernel's completion",
-	.actors = 2, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_parked_flush,
+	.actors = 2, .exhaustive = true, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_parked_flush,
 	.actor = { flush_canceled, kernel_took_it }, .judge = judge_cancel_vs_send_done,
 	.branch_names = { "the send won: the next flush is canceled", "the cancel won" },
 	.window_branch = 2,
@@ -449,7 +449,7 @@ static bool judge_mem_flush_vs_reader_complete(struct race *r, void *p, uint64_t
 
 const struct race_def race_mem_flush_vs_reader_complete = {
 	.name = "pipes: an in-memory flush waiting for room races the reader's complete",
-	.actors = 2, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_mem_full,
+	.actors = 2, .exhaustive = true, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_mem_full,
 	.actor = { pipe_flush, reader_completes_mem }, .judge = judge_mem_flush_vs_reader_complete,
 	.branch_names = { "refused at once (-EPIPE)", "waited, the complete failed it" },
 	.window_branch = 2,
@@ -483,7 +483,7 @@ static bool judge_mem_flush_vs_complete_read_parked(struct race *r, void *p, uin
 
 const struct race_def race_mem_flush_vs_reader_complete_read_parked = {
 	.name = "pipes: an in-memory flush races the reader's complete, a read parked",
-	.actors = 2, .create = pipe_create, .destroy = pipe_destroy,
+	.actors = 2, .exhaustive = true, .create = pipe_create, .destroy = pipe_destroy,
 	.setup = setup_mem_full_read_parked,
 	.actor = { pipe_flush, reader_completes_mem },
 	.judge = judge_mem_flush_vs_complete_read_parked,
@@ -531,7 +531,7 @@ static bool judge_cancel_vs_next_flush(struct race *r, void *p, uint64_t round)
 
 const struct race_def race_pipe_cancel_vs_next_flush = {
 	.name = "pipes: a flush cancel races the next flush's park",
-	.actors = 2, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_flushed_then_staged,
+	.actors = 2, .exhaustive = true, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_flushed_then_staged,
 	.actor = { pipe_flush, flush_canceled }, .judge = judge_cancel_vs_next_flush,
 	.branch_names = { "the cancel came first: flush 2 refused", "flush 2 parked and canceled" },
 	.window_branch = 2,
@@ -587,7 +587,7 @@ static bool judge_second_flush_vs_send_done(struct race *r, void *p, uint64_t ro
 
 const struct race_def race_pipe_second_flush_vs_send_done = {
 	.name = "pipes: a second flush races the kernel's completion of the first",
-	.actors = 2, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_parked_flush_awaited,
+	.actors = 2, .exhaustive = true, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_parked_flush_awaited,
 	.actor = { write_and_flush_again, kernel_took_it }, .judge = judge_second_flush_vs_send_done,
 	.branch_names = { "the second refused (the first still waited)", "the second parked after the first" },
 	.window_branch = 2,

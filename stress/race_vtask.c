@@ -157,7 +157,7 @@ static bool judge_stale(struct race *r, void *p, uint64_t round)
 
 const struct race_def race_vtask_stale_completion = {
 	.name = "vtask: late completion races the next version",
-	.actors = 2, .create = stale_create, .destroy = vt_destroy, .setup = stale_setup,
+	.actors = 2, .exhaustive = true, .create = stale_create, .destroy = vt_destroy, .setup = stale_setup,
 	.actor = { owner_readies_next, late_completion }, .judge = judge_stale,
 	.branch_names = { "landed before the next version", "refused as stale" },
 };
@@ -220,14 +220,14 @@ static bool judge_two_reg(struct race *r, void *p, uint64_t round)
 
 const struct race_def race_vtask_two_registrations = {
 	.name = "vtask: two registrations race",
-	.actors = 2, .create = two_reg_create, .destroy = vt_destroy, .setup = two_reg_setup,
+	.actors = 2, .exhaustive = true, .create = two_reg_create, .destroy = vt_destroy, .setup = two_reg_setup,
 	.actor = { register_first, register_second }, .judge = judge_two_reg,
 	.branch_names = { "first registered", "second registered" },
 };
 
 const struct race_def race_vtask_register_vs_complete = {
 	.name = "vtask: registration races completion",
-	.actors = 2, .create = vt_create, .destroy = vt_destroy, .setup = vt_setup,
+	.actors = 2, .exhaustive = true, .create = vt_create, .destroy = vt_destroy, .setup = vt_setup,
 	.actor = { register_continuation, complete_task }, .judge = judge_vtask,
 	.branch_names = { "registered, ran once", "found complete, went on inline" },
 };

@@ -15,6 +15,7 @@ struct fake_transport {
 	uint32_t closes;
 	uint32_t aborts;
 	uint32_t shutdowns;
+	uint32_t shut_while_sending;   /* shutdowns made while a send was still the kernel's */
 	uint32_t segs_out;             /* segments handed to the conn and not yet returned */
 	uint32_t destroyed;
 };
@@ -48,6 +49,8 @@ static inline void fake_abort(struct perch_conn *c)
 static inline void fake_shutdown(struct perch_conn *c)
 {
 	struct fake_transport *t = c->transport;
+	if (t->sent)
+		perch__faa_u32(&t->shut_while_sending, 1);
 	perch__faa_u32(&t->shutdowns, 1);
 }
 
@@ -96,13 +99,14 @@ struct counting_reader {
 	uint32_t deliveries;
 	void (*during_parking)(struct perch_conn *c);
 	uint64_t last_cookie;
+	uint64_t cookie_base;          /* added to the ordinal: tells two readers' cookies apart */
 };
 
-/* The cookie is the park's ordinal; a delivery must hand back the newest. */
+/* The cookie is the park's ordinal (plus cookie_base); a delivery must hand back the newest. */
 static inline uint64_t counting_reader_parking(struct perch_recv_listener *l, struct perch_conn *c)
 {
 	struct counting_reader *r = (struct counting_reader *)l;
-	uint64_t cookie = perch__faa_u32(&r->parkings, 1) + 1;
+	uint64_t cookie = r->cookie_base + perch__faa_u32(&r->parkings, 1) + 1;
 	if (r->during_parking)
 		r->during_parking(c);
 	return cookie;
@@ -116,7 +120,7 @@ static inline void counting_reader_ready(struct perch_recv_listener *l, struct p
 	r->last_cookie = cookie;
 }
 
-#define COUNTING_READER { { counting_reader_parking, counting_reader_ready }, 0, 0, NULL, 0 }
+#define COUNTING_READER { { counting_reader_parking, counting_reader_ready }, 0, 0, NULL, 0, 0 }
 
 struct counting_flusher {
 	struct perch_flush_listener l;
@@ -125,11 +129,13 @@ struct counting_flusher {
 	int last_result;
 	void (*during_done)(struct counting_flusher *f, struct perch_conn *c);
 	uint64_t last_cookie;
+	uint64_t cookie_base;          /* added to the ordinal: tells two flushers' cookies apart */
 };
 
 static inline uint64_t counting_flusher_parking(struct perch_flush_listener *l, struct perch_conn *c)
 {
-	return perch__faa_u32(&((struct counting_flusher *)l)->parkings, 1) + 1;
+	struct counting_flusher *f = (struct counting_flusher *)l;
+	return f->cookie_base + perch__faa_u32(&f->parkings, 1) + 1;
 }
 
 static inline void counting_flusher_done(struct perch_flush_listener *l, struct perch_conn *c,
@@ -143,6 +149,6 @@ static inline void counting_flusher_done(struct perch_flush_listener *l, struct 
 		f->during_done(f, c);
 }
 
-#define COUNTING_FLUSHER { { counting_flusher_parking, counting_flusher_done }, 0, 0, 0, NULL, 0 }
+#define COUNTING_FLUSHER { { counting_flusher_parking, counting_flusher_done }, 0, 0, 0, NULL, 0, 0 }
 
 #endif /* PERCH_TESTS_FAKE_TRANSPORT_H */

@@ -337,16 +337,14 @@ static inline void counted_flush_done(struct perch_flush_listener *l, struct per
 /* ---- plain sockets and descriptors ---- */
 
 /*
- * connect(2) to 127.0.0.1:port on a blocking socket. A connect a signal
+ * connect(2) to `sa` on a blocking socket. A connect a signal
  * interrupts (EINTR: the handshake goes on in the kernel; a CI run saw one
  * while the SYN waited on a full backlog) is waited out, as POSIX says:
  * until writable, then its SO_ERROR. Returns 0, or -1 with errno set.
  */
-static inline int lu_connect_fd(int fd, int port)
+static inline int lu_connect_addr(int fd, const struct sockaddr *sa, socklen_t len)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
+	if (connect(fd, sa, len) == 0)
 		return 0;
 	if (errno != EINTR)
 		return -1;
@@ -359,11 +357,37 @@ static inline int lu_connect_fd(int fd, int port)
 	if (rc <= 0)
 		return -1;
 	int err = 0;
-	socklen_t len = sizeof(err);
-	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+	socklen_t elen = sizeof(err);
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0)
 		return -1;
 	errno = err;
 	return err == 0 ? 0 : -1;
+}
+
+/* lu_connect_addr to 127.0.0.1:port. */
+static inline int lu_connect_fd(int fd, int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	return lu_connect_addr(fd, (struct sockaddr *)&a, sizeof(a));
+}
+
+/* A blocking client socket connected to where `ls` listens (TCP or Unix: its bound address), or -1. */
+static inline int lu_plain_connect_to(const struct perch_listener *ls)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	if (getsockname(ls->sk.fd, (struct sockaddr *)&ss, &len) != 0)
+		return -1;
+	if (ss.ss_family == AF_INET)
+		((struct sockaddr_in *)&ss)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || lu_connect_addr(fd, (struct sockaddr *)&ss, len) != 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
 }
 
 /* A plain listening socket on 127.0.0.1 (a port the kernel picks, in *port): a peer perch connects to. */
@@ -446,7 +470,53 @@ static inline void lu_fill(uint8_t *p, size_t n)
 		p[i] = lu_pattern(i);
 }
 
+/* ---- an echo round trip, and a connection caught at its accept ---- */
+
+#ifdef cmocka_unit_test /* its asserts: the race suite includes this file without cmocka */
+/*
+ * Through an echo: `n` pattern bytes written and flushed from this thread
+ * in chunks (each flush awaited), all read back in order. Drops the
+ * caller's reference to c.
+ */
+static inline void lu_echo_through(struct perch_conn *c, size_t n)
+{
+	enum { CHUNK = 10000 };
+	assert_non_null(c);
+	uint8_t *out = malloc(n), *in = malloc(n);
+	lu_fill(out, n);
+	for (size_t off = 0; off < n; off += CHUNK) {
+		size_t k = n - off < CHUNK ? n - off : CHUNK;
+		assert_int_equal(perch_conn_write(c, out + off, k), 0);
+		assert_int_equal(lu_flush(c), 0);
+	}
+	struct lu_end e = lu_read(c, in, n);
+	assert_false(e.timed_out);
+	assert_int_equal(e.got, n);
+	assert_memory_equal(in, out, n);
+	perch_conn_release(c);
+	free(out);
+	free(in);
+}
+#endif
+
+/* A listener's accept callback that hands its (last) accepted conn to the test thread: `arg` is one. */
+struct lu_catcher {
+	struct perch_conn *c;
+	sem_t got;
+};
+
+static inline void lu_catch_accept(struct perch_listener *ls, struct perch_conn *c, void *arg)
+{
+	struct lu_catcher *k = arg;
+	/* Atomic: a test may read the last one while the loop accepts the next (no sem between them). */
+	__atomic_store_n(&k->c, c, __ATOMIC_RELEASE);
+	sem_post(&k->got);
+}
+
 /* ---- a loop freed off its owner's thread, a paused listener behind another socket ---- */
+
+/* cmocka's asserts: only for the test programs (the race suite includes this header without cmocka). */
+#ifdef cmocka_unit_test
 
 struct lu_paused_free {
 	struct perch_loop *loop;
@@ -500,5 +570,6 @@ static inline void lu_free_off_owner_with_a_paused_listener(enum perch_backend b
 	assert_int_equal(p.run_rc, 0);
 	perch_loop_free(p.loop);
 }
+#endif /* cmocka_unit_test */
 
 #endif /* PERCH_TESTS_LOOP_UTIL_H */

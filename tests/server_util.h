@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "loop_util.h"
@@ -50,6 +51,29 @@ static inline int su_connect_rcvbuf(int port, int rcvbuf)
 static inline int su_connect(int port)
 {
 	return su_connect_rcvbuf(port, 0);
+}
+
+/* A client socket connected to the Unix socket `name` (a path, or "@name"), with timeouts; -1 on failure. */
+static inline int su_connect_unix(const char *name)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	size_t n = strlen(name);
+	if (n >= sizeof(a.sun_path))
+		return -1;
+	memcpy(a.sun_path, name, n);
+	if (name[0] == '@')
+		a.sun_path[0] = 0; /* abstract: the name's bytes after a NUL */
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct timeval tv = { .tv_sec = SU_TIMEOUT_S };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + (name[0] != '@'));
+	if (lu_connect_addr(fd, (struct sockaddr *)&a, len) != 0) {
+		fprintf(stderr, "su_connect_unix to %s: %s\n", name, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return fd;
 }
 
 /* As lu_write_all, without SIGPIPE when the server has closed. */

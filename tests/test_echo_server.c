@@ -95,25 +95,39 @@ static void fin_after_bytes_gets_the_bytes_then_a_close(void **state)
 	close(fd);
 }
 
-/* A second server asked for the first one's port is refused: perch_listen alone would share it (SO_REUSEPORT). */
-static void a_port_another_server_holds_is_refused(void **state)
+/* A second server of `threads` loops asked for the first one's port is refused; the first one still serves. */
+static void second_server_refused(struct su_server *f, int threads)
 {
-	struct su_server *f = *state;
 	struct serve_opts o;
 	serve_opts_default(&o);
 	o.port = f->port;
+	o.threads = threads;
 	struct serve *second = NULL;
 	assert_int_equal(echo_start(&o, &second), -EADDRINUSE);
 	assert_null(second);
 	o.host = "localhost";
 	assert_int_equal(echo_start(&o, &second), -EINVAL);
-	/* The first one still serves. */
 	int fd = su_connect(f->port);
 	char back[2];
 	assert_true(fd >= 0);
 	assert_true(su_send(fd, "ok", 2));
 	assert_true(su_recv_all(fd, back, 2));
 	close(fd);
+}
+
+/* A second server asked for the first one's port is refused (one loop each: no SO_REUSEPORT at all). */
+static void a_port_another_server_holds_is_refused(void **state)
+{
+	second_server_refused(*state, 1);
+}
+
+/*
+ * Two loops each: both servers' listeners set SO_REUSEPORT, which alone
+ * would let the second join the first's port and split its clients.
+ */
+static void a_port_a_two_loop_server_holds_is_refused_to_another_two_loop_server(void **state)
+{
+	second_server_refused(*state, 2);
 }
 
 /* The check binds as perch_listen does: "::" is IPv6 only, so an IPv4 listener on the port does not hold it. */
@@ -269,6 +283,93 @@ static void unknown_options_and_missing_values_are_refused_by_name(void **state)
 	}
 }
 
+/* Round trips to a server listening on the Unix socket `name`. */
+static void unix_round_trips(const char *name)
+{
+	int fd = su_connect_unix(name);
+	assert_true(fd >= 0);
+	char back[16];
+	for (int i = 0; i < 10; i++) {
+		assert_true(su_send(fd, "over unix", 9));
+		assert_true(su_recv_all(fd, back, 9));
+		assert_memory_equal(back, "over unix", 9);
+	}
+	close(fd);
+}
+
+/*
+ * --listen unix:PATH: the server echoes over the path; stopped, it leaves
+ * its socket file, which the next server on the path replaces (stale);
+ * while one runs, a second is refused. Then an abstract name.
+ */
+static void a_server_on_a_unix_socket_echoes_and_replaces_only_a_stale_file(void **state)
+{
+	char path[64], abstract[64];
+	snprintf(path, sizeof(path), "/tmp/perch-echo-%d.sock", (int)getpid());
+	snprintf(abstract, sizeof(abstract), "@perch-echo-%d", (int)getpid());
+	unlink(path);
+	struct serve_opts o;
+	serve_opts_default(&o);
+	o.unix_name = path;
+	for (int run = 0; run < 2; run++) {
+		struct su_server *f = su_start_opts(echo_start, echo_stop, &o);
+		assert_non_null(f);
+		assert_int_equal(f->port, 0);
+		unix_round_trips(path);
+		struct serve *second = NULL;
+		assert_int_equal(echo_start(&o, &second), -EADDRINUSE);
+		assert_int_equal(su_stop(f), 0);
+		assert_int_equal(access(path, F_OK), 0); /* left behind: stale for the next run */
+	}
+	assert_int_equal(unlink(path), 0);
+	o.unix_name = abstract;
+	struct su_server *f = su_start_opts(echo_start, echo_stop, &o);
+	assert_non_null(f);
+	unix_round_trips(abstract);
+	assert_int_equal(su_stop(f), 0);
+	o.threads = 2;
+	struct serve *two = NULL;
+	assert_int_equal(echo_start(&o, &two), -EINVAL); /* one listener per name: one loop */
+}
+
+/* --listen tcp:HOST:PORT and unix:NAME parse; anything else, or --listen with --host/--port, is refused. */
+static void the_listen_option_parses_tcp_and_unix_and_refuses_the_rest(void **state)
+{
+	struct serve_opts o;
+	char *tcp[] = { "echo", "--listen", "tcp:127.0.0.1:8080", NULL };
+	assert_int_equal(serve_parse_args(3, tcp, "echo", &o), 0);
+	assert_string_equal(o.host, "127.0.0.1");
+	assert_int_equal(o.port, 8080);
+	assert_null(o.unix_name);
+	char *v6[] = { "echo", "--listen", "tcp:[::1]:0", NULL };
+	assert_int_equal(serve_parse_args(3, v6, "echo", &o), 0);
+	assert_string_equal(o.host, "::1");
+	assert_int_equal(o.port, 0);
+	char *unx[] = { "echo", "--listen", "unix:/run/echo.sock", NULL };
+	assert_int_equal(serve_parse_args(3, unx, "echo", &o), 0);
+	assert_string_equal(o.unix_name, "/run/echo.sock");
+	char *abs[] = { "echo", "--listen=unix:@echo", NULL };
+	assert_int_equal(serve_parse_args(2, abs, "echo", &o), 0);
+	assert_string_equal(o.unix_name, "@echo");
+	char long_name[140] = "unix:/";
+	memset(long_name + 6, 'a', 107);
+	long_name[6 + 107] = 0; /* a path of 108 bytes */
+	char err[4096];
+	const char *bad[] = { "127.0.0.1:80", "tcp:127.0.0.1", "tcp:localhost:80", "tcp:127.0.0.1:65536",
+			      "tcp:::1:80", "unix:", "unix:@", "udp:127.0.0.1:80", long_name };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char *argv[] = { "echo", "--listen", (char *)bad[i], NULL };
+		assert_int_equal(parse_catching_stderr(3, argv, err, sizeof(err)), -1);
+		assert_non_null(strstr(err, "bad value"));
+	}
+	char *both[] = { "echo", "--listen", "tcp:127.0.0.1:0", "--port", "8080", NULL };
+	assert_int_equal(parse_catching_stderr(5, both, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "not both"));
+	char *threads[] = { "echo", "--listen", "unix:/x.sock", "--threads", "2", NULL };
+	assert_int_equal(parse_catching_stderr(5, threads, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "one listener"));
+}
+
 /*
  * --nagle reaches every accepted connection, on every loop (two here,
  * sharing the port: eight connections land on both but for a 1 in 128
@@ -312,6 +413,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(fin_after_bytes_gets_the_bytes_then_a_close, setup, teardown),
 		cmocka_unit_test_setup_teardown(a_port_another_server_holds_is_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(a_port_a_two_loop_server_holds_is_refused_to_another_two_loop_server,
+						setup_two_loops, teardown),
 		cmocka_unit_test(an_ipv4_listener_does_not_hold_the_port_for_ipv6),
 		cmocka_unit_test_setup_teardown(stop_closes_clients_still_connected, setup, teardown),
 		cmocka_unit_test_setup_teardown(stop_with_a_flush_waiting_on_a_client_that_does_not_read, setup,
@@ -323,6 +426,8 @@ int main(void)
 		cmocka_unit_test(the_idle_timeout_option_is_parsed_and_bad_values_refused),
 		cmocka_unit_test(the_nagle_option_reaches_every_accepted_connection),
 		cmocka_unit_test(unknown_options_and_missing_values_are_refused_by_name),
+		cmocka_unit_test(a_server_on_a_unix_socket_echoes_and_replaces_only_a_stale_file),
+		cmocka_unit_test(the_listen_option_parses_tcp_and_unix_and_refuses_the_rest),
 	};
 	return cmocka_run_group_tests_name("echo server", tests, NULL, NULL);
 }

@@ -508,6 +508,64 @@ static void targets_parse_or_are_refused(void **state)
 	assert_null(s);
 }
 
+/* --to unix:NAME and tcp:HOST:PORT parse; a Unix name empty or too long is refused. */
+static void unix_and_tcp_prefixed_targets_parse(void **state)
+{
+	struct proxy_target t = { .port = 7 };
+	assert_int_equal(proxy_parse_target("unix:/run/app.sock", &t), 0);
+	assert_string_equal(t.unix_name, "/run/app.sock");
+	char text[160];
+	assert_string_equal(proxy_target_text(&t, text, sizeof(text)), "unix:/run/app.sock");
+	assert_int_equal(proxy_parse_target("tcp:127.0.0.1:6379", &t), 0);
+	assert_string_equal(t.unix_name, "");
+	assert_string_equal(t.host, "127.0.0.1");
+	assert_int_equal(t.port, 6379);
+	char long_name[140] = "unix:/";
+	memset(long_name + 6, 'a', 107);
+	long_name[6 + 107] = 0;
+	const char *bad[] = { "unix:", "unix:@", long_name, "tcp:", "tcp:unix:/x" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(proxy_parse_target(bad[i], &t), -EINVAL);
+	assert_string_equal(t.host, "127.0.0.1"); /* untouched by every refusal */
+}
+
+/*
+ * The proxy's upstream on a Unix socket (the echo example on an abstract
+ * name): round trips and a stream pass both ways; stopped, nothing left.
+ */
+static void a_proxy_to_a_unix_socket_upstream_passes_bytes_both_ways(void **state)
+{
+	char name[64], to[80];
+	snprintf(name, sizeof(name), "@perch-proxy-up-%d", (int)getpid());
+	snprintf(to, sizeof(to), "unix:%s", name);
+	struct serve_opts eo;
+	serve_opts_default(&eo);
+	eo.unix_name = name;
+	struct su_server *echo = su_start_opts(echo_start, echo_stop, &eo);
+	assert_non_null(echo);
+	struct proxy_target t = { .connect_timeout_ms = 5000 };
+	assert_int_equal(proxy_parse_target(to, &t), 0);
+	struct serve_opts po;
+	serve_opts_default(&po);
+	struct serve *proxy;
+	int fds = lu_count_fds();
+	assert_int_equal(proxy_start(&po, &t, &proxy), 0);
+	int port = serve_port(proxy);
+	int fd = su_connect(port);
+	assert_true(fd >= 0);
+	char back[8];
+	for (int i = 0; i < 10; i++) {
+		assert_true(su_send(fd, "via unix", 8));
+		assert_true(su_recv_all(fd, back, 8));
+		assert_memory_equal(back, "via unix", 8);
+	}
+	close(fd);
+	su_echo_stream(port, 1u << 20);
+	proxy_stop(proxy);
+	assert_int_equal(lu_count_fds(), fds);
+	assert_int_equal(su_stop(echo), 0);
+}
+
 /*
  * One round trip, then nothing either way: the proxy cuts the session (a
  * reset) after its idle timeout; so it does a client that never sent a byte.
@@ -592,6 +650,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(a_session_moving_bytes_outlives_the_idle_timeout,
 						setup_echo_idle_long, teardown),
+		cmocka_unit_test(unix_and_tcp_prefixed_targets_parse),
+		cmocka_unit_test(a_proxy_to_a_unix_socket_upstream_passes_bytes_both_ways),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -190,6 +190,33 @@ static void limits_refuse_long_arrays_bulks_and_lines(void **state)
 	free(c);
 }
 
+/*
+ * Found by tests/fuzz/fuzz_resp_parse: a count line longer than max_inline
+ * was refused while it arrived but accepted whole (its CR found), and a
+ * line of max_inline bytes was refused while its LF was still missing.
+ * Every prefix of a stream now gets the verdict the whole stream gets.
+ */
+static void a_count_line_is_judged_alike_however_it_arrives(void **state)
+{
+	struct resp_cmd *c = new_cmd();
+	struct resp_limits lim = { .max_inline = 2 };
+	static const char long_count[] = "*0001\r\n$1\r\na\r\n";
+	for (size_t n = 3; n <= sizeof(long_count) - 1; n++) {
+		assert_int_equal(resp_parse(long_count, n, &lim, c), RESP_ERROR);
+		assert_string_equal(c->error, "Protocol error: too big mbulk count string");
+	}
+	static const char short_count[] = "*1\r\n$1\r\na\r\n";
+	for (size_t n = 1; n < sizeof(short_count) - 1; n++)
+		assert_int_equal(resp_parse(short_count, n, &lim, c), RESP_NEED_MORE);
+	assert_int_equal(resp_parse(short_count, sizeof(short_count) - 1, &lim, c), RESP_COMPLETE);
+	static const char long_bulk_count[] = "*1\r\n$001\r\na\r\n";
+	for (size_t n = 7; n <= sizeof(long_bulk_count) - 1; n++) {
+		assert_int_equal(resp_parse(long_bulk_count, n, &lim, c), RESP_ERROR);
+		assert_string_equal(c->error, "Protocol error: too big bulk count string");
+	}
+	free(c);
+}
+
 static void escaped_inline_arguments_are_bounded_by_scratch(void **state)
 {
 	size_t n = RESP_INLINE_SCRATCH + 16;
@@ -236,8 +263,8 @@ static void exec_expect(struct resp_store *s, const char *in, const char *want)
 
 static void each_command_replies_as_redis(void **state)
 {
-	struct resp_store *s = resp_store_new();
-	assert_non_null(s);
+	struct resp_store *s;
+	assert_int_equal(resp_store_new(&s), 0);
 	exec_expect(s, "PING\r\n", "+PONG\r\n");
 	exec_expect(s, "*1\r\n$4\r\nping\r\n", "+PONG\r\n");
 	exec_expect(s, "ping hi\r\n", "$2\r\nhi\r\n");
@@ -266,7 +293,8 @@ static void each_command_replies_as_redis(void **state)
 
 static void bad_commands_get_redis_errors(void **state)
 {
-	struct resp_store *s = resp_store_new();
+	struct resp_store *s;
+	assert_int_equal(resp_store_new(&s), 0);
 	exec_expect(s, "get\r\n", "-ERR wrong number of arguments for 'get' command\r\n");
 	exec_expect(s, "get a b\r\n", "-ERR wrong number of arguments for 'get' command\r\n");
 	exec_expect(s, "ping a b\r\n", "-ERR wrong number of arguments for 'ping' command\r\n");
@@ -286,7 +314,8 @@ static void bad_commands_get_redis_errors(void **state)
 
 static void store_grows_overwrites_and_deletes(void **state)
 {
-	struct resp_store *s = resp_store_new();
+	struct resp_store *s;
+	assert_int_equal(resp_store_new(&s), 0);
 	char k[32], v[32];
 	for (int i = 0; i < 5000; i++) {
 		int kn = sprintf(k, "key:%d", i), vn = sprintf(v, "v%d", i);
@@ -329,6 +358,7 @@ int main(void)
 		cmocka_unit_test(empty_commands_complete_with_no_arguments),
 		cmocka_unit_test(malformed_input_gets_redis_error_text),
 		cmocka_unit_test(limits_refuse_long_arrays_bulks_and_lines),
+		cmocka_unit_test(a_count_line_is_judged_alike_however_it_arrives),
 		cmocka_unit_test(escaped_inline_arguments_are_bounded_by_scratch),
 		cmocka_unit_test(integers_read_as_redis_reads_them),
 		cmocka_unit_test(each_command_replies_as_redis),

@@ -73,6 +73,71 @@ static void pipelined_commands_are_answered_in_order(void **state)
 	close(fd);
 }
 
+/*
+ * 1,000 PINGs in one write reach the server in one or a few reads: it
+ * answers at most RESP_MAX_PIPELINED of a read before flushing, and the
+ * rest after, none lost, in order.
+ */
+static void a_read_of_many_pipelined_commands_is_answered_a_bounded_batch_at_a_time(void **state)
+{
+	enum { N = 1000 };
+	int fd = su_connect_to(state);
+	char *batch = malloc(N * 6 + 1), *want = malloc(N * 7 + 1);
+	assert_non_null(batch);
+	assert_non_null(want);
+	for (int i = 0; i < N; i++) {
+		memcpy(batch + 6 * i, "PING\r\n", 6);
+		memcpy(want + 7 * i, "+PONG\r\n", 7);
+	}
+	batch[N * 6] = want[N * 7] = '\0';
+	expect(fd, batch, want);
+	size_t cmds, bytes;
+	resp_largest_batch(&cmds, &bytes);
+	print_message("largest batch of one read: %zu commands, %zu reply bytes\n", cmds, bytes);
+	assert_true(cmds >= 1 && cmds <= RESP_MAX_PIPELINED);
+	free(batch);
+	free(want);
+	close(fd);
+}
+
+/* GETs of a 1 MiB value, pipelined: each read stages replies up to the bound and one reply past it, not all of them. */
+static void pipelined_gets_of_a_large_value_stage_a_bounded_reply(void **state)
+{
+	enum { VAL = 1 << 20, GETS = 8 };
+	int fd = su_connect_to(state);
+	char *set = malloc(VAL + 64), *val = malloc(VAL), *got = malloc(VAL + 64);
+	assert_non_null(set);
+	assert_non_null(val);
+	assert_non_null(got);
+	for (size_t i = 0; i < VAL; i++)
+		val[i] = (char)('a' + i % 26);
+	int h = sprintf(set, "*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$%d\r\n", VAL);
+	memcpy(set + h, val, VAL);
+	memcpy(set + h + VAL, "\r\n", 2);
+	assert_true(su_send(fd, set, (size_t)h + VAL + 2));
+	expect(fd, NULL, "+OK\r\n");
+	char gets[GETS * 32] = "";
+	for (int i = 0; i < GETS; i++)
+		strcat(gets, "*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n");
+	assert_true(su_send_str(fd, gets));
+	char head[32];
+	int hl = sprintf(head, "$%d\r\n", VAL);
+	for (int i = 0; i < GETS; i++) {
+		assert_true(su_recv_all(fd, got, (size_t)hl + VAL + 2));
+		assert_memory_equal(got, head, (size_t)hl);
+		assert_memory_equal(got + hl, val, VAL);
+		assert_memory_equal(got + hl + VAL, "\r\n", 2);
+	}
+	size_t cmds, bytes;
+	resp_largest_batch(&cmds, &bytes);
+	print_message("largest batch of one read: %zu commands, %zu reply bytes\n", cmds, bytes);
+	assert_true(bytes <= RESP_MAX_BATCH_REPLY + (size_t)hl + VAL + 2);
+	free(set);
+	free(val);
+	free(got);
+	close(fd);
+}
+
 static void command_sent_byte_by_byte_is_answered(void **state)
 {
 	int fd = su_connect_to(state);
@@ -161,6 +226,8 @@ int main(void)
 		T(each_command_gets_redis_reply),
 		T(inline_commands_are_understood),
 		T(pipelined_commands_are_answered_in_order),
+		T(a_read_of_many_pipelined_commands_is_answered_a_bounded_batch_at_a_time),
+		T(pipelined_gets_of_a_large_value_stage_a_bounded_reply),
 		T(command_sent_byte_by_byte_is_answered),
 		T(large_value_round_trips),
 		T(protocol_error_is_answered_then_closed),

@@ -97,6 +97,7 @@ static void buf_drop(struct frame_buf *b, size_t n)
 static ssize_t parse_acc(struct frame_buf *acc, ssize_t *base, frame_fn fn, void *arg, bool *stop)
 {
 	for (;;) {
+		/* A yield here would leave consumed bytes unanswered (fn's contract forbids it): stop instead. */
 		ssize_t n = fn(arg, acc->p, acc->len);
 		if (n < 0)
 			*stop = true;
@@ -130,20 +131,21 @@ static ssize_t copy_and_parse(struct frame_buf *acc, struct cursor c, ssize_t ba
 }
 
 size_t frames_each(struct frame_buf *acc, const struct perch_read_result *r, frame_fn fn, void *arg,
-		   bool *stop)
+		   enum frames_end *end)
 {
 	struct cursor c = { r->first, r->first_off, 0, r->len };
 	size_t pos = 0;
-	*stop = false;
+	bool stop = false;
+	*end = FRAMES_ALL;
 	cursor_settle(&c);
 	if (acc->len) {
 		/* A message begun in an earlier read: everything new goes after it. */
-		ssize_t at = copy_and_parse(acc, c, -(ssize_t)acc->len, fn, arg, stop);
+		ssize_t at = copy_and_parse(acc, c, -(ssize_t)acc->len, fn, arg, &stop);
 		if (at < 0)
-			return r->len;
+			goto copied;
 		pos = (size_t)at;
 	}
-	while (pos < r->len && !*stop) {
+	while (pos < r->len) {
 		const char *p = NULL;
 		cursor_seek(&c, pos);
 		size_t n = cursor_run(&c, &p);
@@ -152,19 +154,28 @@ size_t frames_each(struct frame_buf *acc, const struct perch_read_result *r, fra
 			pos += (size_t)m;
 			continue;
 		}
+		if (m == FRAMES_YIELD) {
+			*end = FRAMES_YIELDED;
+			break;
+		}
 		if (m < 0) {
-			*stop = true;
+			*end = FRAMES_STOPPED;
 			break;
 		}
 		if (c.at + n == r->len)
 			break; /* the partial message ends the result: it waits in its segment */
 		/* It spans segments: copy it and the rest of the result, parse the copy. */
-		ssize_t at = copy_and_parse(acc, c, (ssize_t)pos, fn, arg, stop);
+		ssize_t at = copy_and_parse(acc, c, (ssize_t)pos, fn, arg, &stop);
 		if (at < 0)
-			return r->len;
+			goto copied;
 		pos = (size_t)at;
 	}
 	return pos;
+copied:
+	/* Every byte is answered or in acc: all of it is consumed. */
+	if (stop)
+		*end = FRAMES_STOPPED;
+	return r->len;
 }
 
 void frame_buf_free(struct frame_buf *acc)

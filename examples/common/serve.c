@@ -128,19 +128,24 @@ int serve_flush(struct perch_pipe_writer *w, perch_vtask_fn on_flushed, void *ar
 
 /*
  * Ends a session: the close first (nothing is parked when a session ends,
- * so it delivers nothing here), then the pipes, then our reference.
+ * so it delivers nothing here), then the pipes, then our reference. After
+ * a last answer flushed whole (`linger`), the connection is handed to a
+ * lingering close instead: a client still sending (the rest of a request
+ * answered with an error) reads that answer and the end, not a reset.
  */
-static void session_end(struct session *s)
+static void session_end(struct session *s, bool linger)
 {
 	struct serve_worker *wk = s->wk;
 	serve_untrack(&s->item);
 	perch_timer_stop(&s->idle); /* before the free: the loop links an armed timer */
 	if (wk->srv->proto->fini)
 		wk->srv->proto->fini(s->state);
-	perch_conn_close(s->c);
+	if (!linger)
+		perch_conn_close(s->c);
 	perch_pipe_reader_free(s->r);
 	perch_pipe_writer_free(s->w);
-	perch_conn_release(s->c);
+	if (!linger || perch_conn_close_lingering(s->c, NULL) != 0)
+		perch_conn_release(s->c); /* closes it, if the linger could not start */
 	if (s->ended)
 		*s->ended = true;
 	free(s);
@@ -162,7 +167,7 @@ static void session_progressed(struct session *s)
 static void session_read_ready(void *arg, int64_t result)
 {
 	if (result < 0)
-		session_end(arg); /* -ECANCELED: the reader was completed under us */
+		session_end(arg, false); /* -ECANCELED: the reader was completed under us */
 	else
 		session_pump(arg);
 }
@@ -171,7 +176,7 @@ static void session_flushed(void *arg, int64_t result)
 {
 	struct session *s = arg;
 	if (result < 0 || s->close_after_flush) {
-		session_end(s);
+		session_end(s, result == 0);
 		return;
 	}
 	session_progressed(s);
@@ -195,7 +200,7 @@ static void session_pump(struct session *s)
 		if (rc == PERCH_PENDING)
 			return;
 		if (rc != 0) {
-			session_end(s);
+			session_end(s, false);
 			return;
 		}
 		size_t consumed = 0;
@@ -205,16 +210,20 @@ static void session_pump(struct session *s)
 			if (perch_pipe_forward(s->r, consumed, res.len, s->w) != 0)
 				stop = 1; /* closed, or out of memory: what was staged is still flushed */
 		} else {
-			perch_pipe_advance_to(s->r, consumed, res.len);
+			/* Yielded: only what it consumed was examined, so the next read returns the rest at once. */
+			perch_pipe_advance_to(s->r, consumed, stop == SERVE_YIELD ? consumed : res.len);
 		}
-		if (res.completed || res.error || res.closed || res.canceled)
+		/* A FIN behind messages not yet answered waits: the next read reports it again. */
+		if ((res.completed && stop != SERVE_YIELD) || res.error || res.closed || res.canceled)
 			stop = 1;
+		else if (stop == SERVE_YIELD)
+			stop = 0;
 		s->close_after_flush = stop;
 		rc = serve_flush(s->w, session_flushed, s);
 		if (rc == PERCH_PENDING)
 			return;
 		if (rc < 0 || stop) {
-			session_end(s);
+			session_end(s, rc == 0);
 			return;
 		}
 	}
@@ -228,7 +237,7 @@ static void session_stop(struct serve_item *it)
 	s->ended = &ended;
 	perch_conn_close(s->c); /* a parked read or flush is delivered here, and ends s */
 	if (!ended)
-		session_end(s); /* nothing was parked (none should be, between turns) */
+		session_end(s, false); /* nothing was parked (none should be, between turns) */
 }
 
 /* Nothing happened for idle_timeout_ms: the session ends as serve_stop would end it. */
@@ -303,8 +312,17 @@ static int worker_init(struct serve *srv, int i, const struct serve_opts *o)
 	int rc = perch_loop_new(NULL, &wk->loop);
 	if (rc != 0)
 		return rc;
-	rc = perch_listen(wk->loop, o->host, i == 0 ? o->port : srv->port, &srv->conn_opts, on_accept, wk,
-			  &wk->ls);
+	/*
+	 * One loop per thread shares the port: SO_REUSEPORT, and only then (a
+	 * second server is refused). A Unix socket is one loop's; a file left
+	 * by a server that died is replaced, a live server's is not.
+	 */
+	struct perch_listen_opts lo = { .reuseport = o->threads > 1, .unlink_stale = true };
+	if (o->unix_name)
+		rc = perch_listen_unix(wk->loop, o->unix_name, &lo, &srv->conn_opts, on_accept, wk, &wk->ls);
+	else
+		rc = perch_listen_tcp(wk->loop, o->host, i == 0 ? o->port : srv->port, &lo, &srv->conn_opts,
+				      on_accept, wk, &wk->ls);
 	if (rc != 0)
 		return rc;
 	if (i == 0)
@@ -313,11 +331,13 @@ static int worker_init(struct serve *srv, int i, const struct serve_opts *o)
 }
 
 /*
- * perch_listen sets SO_REUSEPORT (a loop per thread shares the port), and
- * so would join another server's listener on it without a word: a bind
- * without the option finds such a listener first (best effort: two
- * servers starting at the same instant may both pass). 0, -EADDRINUSE, or
- * -EINVAL for a host that is not a numeric address.
+ * With --threads N > 1 the listeners set SO_REUSEPORT (a loop per thread
+ * shares the port), and so would join another such server's listener on
+ * it without a word: a bind without the option finds any listener first
+ * (best effort: two servers starting at the same instant may both pass).
+ * A single loop needs no check (perch_listen refuses a port in use), but
+ * one bind costs nothing and keeps the message the same. 0, -EADDRINUSE,
+ * or -EINVAL for a host that is not a numeric address.
  */
 static int port_is_free(const char *host, int port)
 {
@@ -353,9 +373,9 @@ int serve_start(const struct serve_opts *o, const struct serve_proto *proto, voi
 {
 	if (!o || !o->host || o->port < 0 || o->port > 65535 || !proto ||
 	    !(proto->on_data || proto->accept) || !out || o->threads < 1 ||
-	    o->idle_timeout_ms > PERCH_TIMER_MAX_MS)
+	    o->idle_timeout_ms > PERCH_TIMER_MAX_MS || (o->unix_name && o->threads > 1))
 		return -EINVAL;
-	int rc = o->port ? port_is_free(o->host, o->port) : 0;
+	int rc = o->port && !o->unix_name ? port_is_free(o->host, o->port) : 0;
 	if (rc != 0)
 		return rc;
 	struct serve *srv = calloc(1, sizeof(*srv) + (size_t)o->threads * sizeof(srv->wk[0]));
@@ -419,11 +439,17 @@ const char *serve_extra_synopsis;
 static void usage(const char *prog)
 {
 	fprintf(stderr,
-		"usage: %s [--port P] [--host ADDR] [--threads N] [--backend uring|io_uring|epoll]\n"
-		"       [--recv multishot|singleshot] [--idle-timeout MS] [--nagle]%s%s\n"
-		"  --port P       TCP port (default 0: the kernel picks one, printed at start)\n"
+		"usage: %s [--listen tcp:HOST:PORT|unix:PATH | --port P] [--host ADDR] [--threads N]\n"
+		"       [--backend uring|io_uring|epoll] [--recv multishot|singleshot] [--idle-timeout MS]\n"
+		"       [--nagle]%s%s\n"
+		"  --listen tcp:HOST:PORT  TCP on a numeric address ([V6]:PORT for IPv6; port 0: the\n"
+		"                 kernel picks one, printed at start)\n"
+		"  --listen unix:PATH  a Unix socket (unix:@NAME: an abstract name); a stale socket\n"
+		"                 file left by a server that died is replaced; one loop (--threads 1)\n"
+		"  --port P       TCP port, as --listen tcp:HOST:P (default 0)\n"
 		"  --host ADDR    numeric IPv4 or IPv6 address to listen on (default 127.0.0.1)\n"
-		"  --threads N    loops, one per thread, sharing the port with SO_REUSEPORT (default 1)\n"
+		"  --threads N    loops, one per thread; N > 1 shares the port among them with\n"
+		"                 SO_REUSEPORT (default 1: no SO_REUSEPORT)\n"
 		"  --backend B    the loop's backend, passed to the library as PERCH_BACKEND=B\n"
 		"  --recv M       receive mode of each connection (default: the loop's, multishot)\n"
 		"  --idle-timeout MS  close a connection that gets no answer flushed for this long\n"
@@ -447,6 +473,54 @@ static long parse_num(const char *s, long lo, long hi)
 	return (errno || *end || v < lo || v > hi) ? -1 : v;
 }
 
+int serve_parse_hostport(const char *s, int min_port, char *host, int *port)
+{
+	const char *colon = s ? strrchr(s, ':') : NULL;
+	if (!colon || !host || !port)
+		return -EINVAL;
+	size_t hlen = (size_t)(colon - s);
+	const char *h = s;
+	bool bracketed = hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']';
+	if (bracketed) {
+		h++;
+		hlen -= 2;
+	} else if (memchr(h, ':', hlen)) {
+		return -EINVAL; /* an IPv6 address takes brackets, or its last group would read as the port */
+	}
+	long p = parse_num(colon + 1, min_port, 65535);
+	char buf[SERVE_HOST_MAX];
+	unsigned char addr[sizeof(struct in6_addr)];
+	if (p < 0 || hlen >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, h, hlen);
+	buf[hlen] = 0;
+	if (inet_pton(bracketed ? AF_INET6 : AF_INET, buf, addr) != 1)
+		return -EINVAL;
+	memcpy(host, buf, hlen + 1);
+	*port = (int)p;
+	return 0;
+}
+
+/* The host a --listen tcp:HOST:PORT names: serve_opts.host points here. */
+static char listen_host[SERVE_HOST_MAX];
+
+/* --listen tcp:HOST:PORT or unix:NAME (a path, or @name) into *o; -1 for anything else. */
+static int parse_listen(const char *s, struct serve_opts *o)
+{
+	if (strncmp(s, "unix:", 5) == 0) {
+		size_t n = strlen(s + 5);
+		if (n == 0 || n > 107 || strcmp(s + 5, "@") == 0)
+			return -1; /* unix(7): 107 bytes and a NUL; perch_listen_unix would say so later */
+		o->unix_name = s + 5;
+		return 0;
+	}
+	if (strncmp(s, "tcp:", 4) != 0 || serve_parse_hostport(s + 4, 0, listen_host, &o->port) != 0)
+		return -1;
+	o->host = listen_host;
+	o->unix_name = NULL;
+	return 0;
+}
+
 static int parse_recv(const char *s, enum perch_recv_mode *m)
 {
 	if (strcmp(s, "multishot") == 0)
@@ -465,9 +539,11 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 		{ "threads", required_argument, NULL, 't' }, { "backend", required_argument, NULL, 'b' },
 		{ "recv", required_argument, NULL, 'r' },    { "help", no_argument, NULL, 'h' },
 		{ "idle-timeout", required_argument, NULL, 'i' }, { "nagle", no_argument, NULL, 'n' },
+		{ "listen", required_argument, NULL, 'l' },
 		{ NULL, 0, NULL, 0 },
 	};
 	serve_opts_default(o);
+	bool listen_given = false, host_or_port_given = false;
 	int opt, idx = 0;
 	long v;
 	optind = 1;
@@ -478,9 +554,16 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 			if ((v = parse_num(optarg, 0, 65535)) < 0)
 				goto bad;
 			o->port = (int)v;
+			host_or_port_given = true;
 			break;
 		case 'H':
 			o->host = optarg;
+			host_or_port_given = true;
+			break;
+		case 'l':
+			if (parse_listen(optarg, o) != 0)
+				goto bad;
+			listen_given = true;
 			break;
 		case 't':
 			if ((v = parse_num(optarg, 1, 256)) < 0)
@@ -524,6 +607,16 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 		usage(prog);
 		return -1;
 	}
+	if (listen_given && host_or_port_given) {
+		fprintf(stderr, "%s: --listen says where to listen: give it or --host/--port, not both\n", prog);
+		usage(prog);
+		return -1;
+	}
+	if (o->unix_name && o->threads > 1) {
+		fprintf(stderr, "%s: a Unix socket has one listener: --threads must be 1 with --listen unix:\n", prog);
+		usage(prog);
+		return -1;
+	}
 	/* The library reads PERCH_BACKEND when it creates a loop: this is what selects it. */
 	if (o->backend && setenv("PERCH_BACKEND", o->backend, 1) != 0)
 		return -1;
@@ -532,6 +625,17 @@ bad:
 	fprintf(stderr, "%s: bad value '%s' for --%s\n", prog, optarg, longs[idx].name);
 	usage(prog);
 	return -1;
+}
+
+/* Where o listens, as --listen says it: "unix:NAME", or "HOST:PORT" ("[V6]:PORT"). */
+static const char *listen_text(const struct serve_opts *o, int port, char *buf, size_t size)
+{
+	bool v6 = strchr(o->host, ':') != NULL;
+	if (o->unix_name)
+		snprintf(buf, size, "unix:%s", o->unix_name);
+	else
+		snprintf(buf, size, "%s%s%s:%d", v6 ? "[" : "", o->host, v6 ? "]" : "", port);
+	return buf;
 }
 
 int serve_main(int argc, char **argv, const char *prog, serve_start_fn start, serve_stop_fn stop)
@@ -551,16 +655,16 @@ int serve_main(int argc, char **argv, const char *prog, serve_start_fn start, se
 	if (rc != 0) {
 		/* A loop refused before any listen: the backend named in the environment is the usual cause. */
 		const char *be = getenv("PERCH_BACKEND");
-		bool v6 = strchr(o.host, ':') != NULL;
-		fprintf(stderr, "%s: cannot start its loops or listen on %s%s%s:%d: %s%s%s%s\n", prog,
-			v6 ? "[" : "", o.host, v6 ? "]" : "", o.port, strerror(-rc), rc == -EINVAL && be ? " (PERCH_BACKEND=" : "",
+		char at[SERVE_HOST_MAX + 120];
+		fprintf(stderr, "%s: cannot start its loops or listen on %s: %s%s%s%s\n", prog,
+			listen_text(&o, o.port, at, sizeof(at)), strerror(-rc), rc == -EINVAL && be ? " (PERCH_BACKEND=" : "",
 			rc == -EINVAL && be ? be : "", rc == -EINVAL && be ? ": uring, io_uring or epoll?)" : "");
 		return 1;
 	}
 	/* What the loop really runs: io_uring refused falls back to epoll (one line on stderr says why). */
-	bool v6 = strchr(o.host, ':') != NULL;
-	printf("%s: listening on %s%s%s:%d, %d thread%s, backend %s, idle timeout ", prog, v6 ? "[" : "",
-	       o.host, v6 ? "]" : "", serve_port(srv), o.threads, o.threads == 1 ? "" : "s",
+	char at[SERVE_HOST_MAX + 120];
+	printf("%s: listening on %s, %d thread%s, backend %s, idle timeout ", prog,
+	       listen_text(&o, serve_port(srv), at, sizeof(at)), o.threads, o.threads == 1 ? "" : "s",
 	       perch_loop_backend_name(srv->wk[0].loop));
 	if (o.idle_timeout_ms)
 		printf("%u ms", o.idle_timeout_ms);

@@ -12,7 +12,15 @@
 struct serve_opts {
 	const char *host;              /* numeric address to listen on; "127.0.0.1" */
 	int port;                      /* 0: the kernel picks (serve_port says which) */
-	int threads;                   /* loops, one per thread, sharing the port (SO_REUSEPORT); 1 */
+	/*
+	 * A Unix socket to listen on instead of host and port: a path, or
+	 * "@name" (abstract); NULL (default): TCP. A stale socket file left at
+	 * the path by a server that died is replaced (unlink_stale); one a
+	 * running server listens on is not (-EADDRINUSE). One loop only: a Unix
+	 * name has one listener, so threads > 1 is -EINVAL.
+	 */
+	const char *unix_name;
+	int threads;                   /* loops, one per thread; > 1 share the port (SO_REUSEPORT); 1 */
 	const char *backend;           /* "uring", "epoll" or NULL (the library's choice) */
 	enum perch_recv_mode recv;     /* per-connection receive mode; PERCH_RECV_DEFAULT */
 	/*
@@ -35,6 +43,9 @@ struct serve_opts {
 
 #define SERVE_IDLE_TIMEOUT_MS 60000u
 
+/* on_data's "more is waiting": see struct serve_proto. */
+#define SERVE_YIELD 2
+
 struct serve_worker; /* one loop and its thread */
 
 /*
@@ -48,7 +59,10 @@ struct serve_proto {
 	 * friends are the session's business), staging the answers on `w`.
 	 * Sets *consumed to the bytes it is done with; a partial message stays
 	 * unconsumed and comes back with more bytes. Returns 0 to go on, 1 to
-	 * close once the answers are flushed.
+	 * close once the answers are flushed, or SERVE_YIELD when it stopped at
+	 * a bound on one read's work with complete messages maybe left after
+	 * *consumed: its answers are flushed, then the rest is read again at
+	 * once (a FIN behind it waits its turn). Not with forward_consumed.
 	 */
 	int (*on_data)(void *state, void *app, const struct perch_read_result *r,
 		       struct perch_pipe_writer *w, size_t *consumed);
@@ -122,8 +136,20 @@ int serve_flush(struct perch_pipe_writer *w, perch_vtask_fn on_flushed, void *ar
 
 void serve_opts_default(struct serve_opts *o);
 
+/* The longest "HOST" serve_parse_hostport writes, its NUL included (an IPv6 address). */
+#define SERVE_HOST_MAX 46
+
 /*
- * Parses --port P, --host ADDR, --threads N, --backend uring|epoll,
+ * Parses "HOST:PORT" (a numeric IPv4 address, or an IPv6 one in
+ * brackets: "[::1]:8080") into host (SERVE_HOST_MAX bytes) and *port, a
+ * port of min_port..65535. Returns 0, or -EINVAL (host and *port then
+ * untouched).
+ */
+int serve_parse_hostport(const char *s, int min_port, char *host, int *port);
+
+/*
+ * Parses --listen tcp:HOST:PORT|unix:NAME (or --port P and --host ADDR),
+ * --threads N, --backend uring|epoll,
  * --recv multishot|singleshot, --idle-timeout MS, --nagle and --help into *o
  * (defaults first). A
  * backend is exported as PERCH_BACKEND, which is how the library picks the
@@ -134,17 +160,19 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 
 /*
  * Starts o->threads loops, each on its own thread with a listener on the
- * same port, whose connections run `proto` with `app`. Returns 0 with *out
- * set, or a negative errno: -EADDRINUSE when a socket already holds a
- * port asked for (another perch server's SO_REUSEPORT listener included,
- * which perch_listen alone would share the port with), -EINVAL for a bad
- * option (an idle timeout above PERCH_TIMER_MAX_MS among them),
- * perch_loop_new's, perch_listen's, -ENOMEM.
+ * same port (or one loop on o->unix_name), whose connections run `proto`
+ * with `app`. Returns 0 with *out set, or a negative errno: -EADDRINUSE
+ * when a socket already holds the port or the Unix name (another perch
+ * server's SO_REUSEPORT listener included, which the reuseport of
+ * o->threads > 1 alone would share the port with); -EINVAL for a bad
+ * option (an idle timeout above PERCH_TIMER_MAX_MS, threads > 1 on a
+ * Unix socket); perch_loop_new's, perch_listen_tcp's or
+ * perch_listen_unix's (-ENAMETOOLONG, -EACCES, ...); -ENOMEM.
  */
 int serve_start(const struct serve_opts *o, const struct serve_proto *proto, void *app,
 		struct serve **out);
 
-/* The port every loop listens on. */
+/* The port every loop listens on (0 on a Unix socket). */
 int serve_port(const struct serve *s);
 
 /* Closes every connection and listener, stops and frees each loop, joins the threads. NULL is ignored. */

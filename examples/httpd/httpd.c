@@ -20,7 +20,11 @@ struct httpd_batch {
 	struct httpd_conn *hc;
 	struct perch_pipe_writer *w;
 	const char *date;
+	unsigned answered;         /* requests answered in this read */
 };
+
+/* The most requests answered in one read since httpd_start (any loop thread). */
+static unsigned largest_batch;
 
 /* Per loop thread: the parsed request (2 KiB of header slots) and the Date cache. */
 static __thread struct http_request req;
@@ -88,6 +92,9 @@ static void maybe_continue(struct httpd_batch *b, const struct http_request *q)
 static ssize_t httpd_frame(void *arg, const char *p, size_t len)
 {
 	struct httpd_batch *b = arg;
+	/* Before parsing (frames_each's rule): the rest waits for the next read, after this one's flush. */
+	if (b->answered == HTTPD_MAX_PIPELINED)
+		return FRAMES_YIELD;
 	int rc = http_parse_request(p, len, &limits, &req);
 	if (rc == HTTP_NEED_MORE) {
 		maybe_continue(b, &req);
@@ -107,6 +114,7 @@ static ssize_t httpd_frame(void *arg, const char *p, size_t len)
 		    perch_pipe_advance(b->w, n) != 0)
 			return -1;
 	}
+	b->answered++;
 	return req.keep_alive ? (ssize_t)req.consumed : -1;
 }
 
@@ -114,10 +122,20 @@ static int httpd_data(void *state, void *app, const struct perch_read_result *r,
 		      struct perch_pipe_writer *w, size_t *consumed)
 {
 	struct httpd_conn *hc = state;
-	struct httpd_batch b = { hc, w, http_date_update(&date, time(NULL)) };
-	bool stop;
-	*consumed = frames_each(&hc->acc, r, httpd_frame, &b, &stop);
-	return stop;
+	struct httpd_batch b = { hc, w, http_date_update(&date, time(NULL)), 0 };
+	enum frames_end end;
+	*consumed = frames_each(&hc->acc, r, httpd_frame, &b, &end);
+	unsigned seen = __atomic_load_n(&largest_batch, __ATOMIC_RELAXED);
+	while (b.answered > seen &&
+	       !__atomic_compare_exchange_n(&largest_batch, &seen, b.answered, false, __ATOMIC_RELAXED,
+					    __ATOMIC_RELAXED)) {
+	}
+	return end == FRAMES_STOPPED ? 1 : end == FRAMES_YIELDED ? SERVE_YIELD : 0;
+}
+
+unsigned httpd_largest_batch(void)
+{
+	return __atomic_load_n(&largest_batch, __ATOMIC_RELAXED);
 }
 
 static void httpd_fini(void *state)
@@ -133,6 +151,7 @@ static const struct serve_proto httpd_proto = {
 
 int httpd_start(const struct serve_opts *o, struct serve **out)
 {
+	__atomic_store_n(&largest_batch, 0, __ATOMIC_RELAXED);
 	return serve_start(o, &httpd_proto, NULL, out);
 }
 

@@ -13,4 +13,15 @@ int httpd_start(const struct serve_opts *o, struct serve **out);
 /* Stops it and frees everything. NULL is ignored. */
 void httpd_stop(struct serve *s);
 
+/*
+ * Pipelined requests answered from one read at most: their answers are
+ * flushed before the next are parsed, so a read full of tiny requests
+ * (256 KiB of them is ~7,000) cannot stage megabytes of answers or hold
+ * the loop thread for one connection.
+ */
+#define HTTPD_MAX_PIPELINED 128
+
+/* For tests and diagnostics: the most requests answered from one read since httpd_start. */
+unsigned httpd_largest_batch(void);
+
 #endif /* PERCH_EXAMPLES_HTTPD_H */

@@ -189,9 +189,9 @@ static void upstream_failed(const struct proxy_target *to, int err)
 	double now = mono_ms();
 	if (logged_at != 0 && now - logged_at < UPSTREAM_LOG_MS)
 		return;
-	bool v6 = strchr(to->host, ':') != NULL;
-	fprintf(stderr, "proxy: upstream %s%s%s:%d: %s (%u client%s reset since the last line)\n",
-		v6 ? "[" : "", to->host, v6 ? "]" : "", to->port, strerror(-err), unlogged,
+	char at[160];
+	fprintf(stderr, "proxy: upstream %s: %s (%u client%s reset since the last line)\n",
+		proxy_target_text(to, at, sizeof(at)), strerror(-err), unlogged,
 		unlogged == 1 ? "" : "s");
 	logged_at = now;
 	unlogged = 0;
@@ -254,7 +254,8 @@ static void proxy_accept(struct serve_worker *wk, struct perch_conn *c, void *ap
 	serve_track(wk, &ps->item);
 	struct perch_conn_opts co = serve_worker_conn_opts(wk); /* as the client's side: --recv, --nagle */
 	co.connect_timeout_ms = to->connect_timeout_ms;
-	int rc = perch_connect(serve_worker_loop(wk), to->host, to->port, &co, on_upstream, ps);
+	int rc = to->unix_name[0] ? perch_connect_unix(serve_worker_loop(wk), to->unix_name, &co, on_upstream, ps)
+				  : perch_connect(serve_worker_loop(wk), to->host, to->port, &co, on_upstream, ps);
 	if (rc != 0) {
 		upstream_failed(to, rc);
 		session_drop_client(ps);
@@ -269,36 +270,41 @@ static const struct serve_proto proxy_proto = { .accept = proxy_accept };
 static bool target_ok(const struct proxy_target *t)
 {
 	unsigned char addr[sizeof(struct in6_addr)];
-	return t->port >= 1 && t->port <= 65535 && t->connect_timeout_ms <= PERCH_CONNECT_TIMEOUT_MAX_MS &&
-	       memchr(t->host, '\0', sizeof(t->host)) &&
+	if (t->connect_timeout_ms > PERCH_CONNECT_TIMEOUT_MAX_MS)
+		return false;
+	if (t->unix_name[0])
+		return memchr(t->unix_name, '\0', sizeof(t->unix_name)) && strcmp(t->unix_name, "@") != 0;
+	return t->port >= 1 && t->port <= 65535 && memchr(t->host, '\0', sizeof(t->host)) &&
 	       (inet_pton(AF_INET, t->host, addr) == 1 || inet_pton(AF_INET6, t->host, addr) == 1);
 }
 
 int proxy_parse_target(const char *s, struct proxy_target *t)
 {
-	const char *colon = s ? strrchr(s, ':') : NULL;
-	if (!colon || !t)
+	if (!s || !t)
 		return -EINVAL;
-	size_t hlen = (size_t)(colon - s);
-	const char *h = s;
-	bool bracketed = hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']';
-	if (bracketed) {
-		h++;
-		hlen -= 2;
-	} else if (memchr(h, ':', hlen)) {
-		return -EINVAL; /* an IPv6 address takes brackets, or its last group would read as the port */
+	struct proxy_target parsed = { .connect_timeout_ms = t->connect_timeout_ms };
+	if (strncmp(s, "unix:", 5) == 0) {
+		size_t n = strlen(s + 5);
+		if (n == 0 || n >= sizeof(parsed.unix_name))
+			return -EINVAL;
+		memcpy(parsed.unix_name, s + 5, n + 1);
+	} else if (serve_parse_hostport(strncmp(s, "tcp:", 4) == 0 ? s + 4 : s, 1, parsed.host, &parsed.port) != 0) {
+		return -EINVAL;
 	}
-	char *end;
-	errno = 0;
-	long port = strtol(colon + 1, &end, 10);
-	if (errno || end == colon + 1 || *end || port < 1 || port > 65535 || hlen >= sizeof(t->host))
-		return -EINVAL;
-	struct proxy_target parsed = { .port = (int)port, .connect_timeout_ms = t->connect_timeout_ms };
-	memcpy(parsed.host, h, hlen);
-	if (!target_ok(&parsed) || (bracketed && !strchr(parsed.host, ':')))
+	if (!target_ok(&parsed))
 		return -EINVAL;
 	*t = parsed;
 	return 0;
+}
+
+const char *proxy_target_text(const struct proxy_target *t, char *buf, size_t size)
+{
+	bool v6 = strchr(t->host, ':') != NULL;
+	if (t->unix_name[0])
+		snprintf(buf, size, "unix:%s", t->unix_name);
+	else
+		snprintf(buf, size, "%s%s%s:%d", v6 ? "[" : "", t->host, v6 ? "]" : "", t->port);
+	return buf;
 }
 
 int proxy_start(const struct serve_opts *o, const struct proxy_target *to, struct serve **out)

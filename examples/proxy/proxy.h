@@ -1,4 +1,4 @@
-/* examples/proxy/proxy.h: a TCP proxy over pipes: each client gets its own upstream connection, bytes pass both ways without a copy, and each side's end is passed on with a half-close. */
+/* examples/proxy/proxy.h: a TCP (or Unix socket) proxy over pipes: each client gets its own upstream connection, bytes pass both ways without a copy, and each side's end is passed on with a half-close. */
 #ifndef PERCH_EXAMPLES_PROXY_H
 #define PERCH_EXAMPLES_PROXY_H
 
@@ -8,18 +8,23 @@
 
 /* Where the proxy connects for each client, and how long it waits for the connect. */
 struct proxy_target {
-	char host[INET6_ADDRSTRLEN];   /* numeric IPv4 or IPv6 address */
-	int port;                      /* 1..65535 */
+	char unix_name[108];           /* a Unix socket (a path, or "@name"); "" for TCP */
+	char host[INET6_ADDRSTRLEN];   /* TCP: numeric IPv4 or IPv6 address */
+	int port;                      /* TCP: 1..65535 */
 	unsigned connect_timeout_ms;   /* 0: the kernel's own (minutes); else the client is closed after it */
 };
 
 /*
- * Parses "HOST:PORT" ("[V6]:PORT" for IPv6) into t's host and port (its
- * timeout is left as it is). Returns 0, or -EINVAL for anything else (no
- * port, a port out of 1..65535, a host that is not a numeric address);
- * *t is then untouched.
+ * Parses "HOST:PORT" or "tcp:HOST:PORT" ("[V6]:PORT" for IPv6), or
+ * "unix:NAME" (a path, or "@name": abstract), into t (its timeout is
+ * left as it is). Returns 0, or -EINVAL for anything else (no port, a
+ * port out of 1..65535, a host that is not a numeric address, an empty
+ * name or one longer than 107 bytes); *t is then untouched.
  */
 int proxy_parse_target(const char *s, struct proxy_target *t);
+
+/* The target as --to says it ("unix:NAME", "HOST:PORT", "[V6]:PORT") in buf; returns buf. */
+const char *proxy_target_text(const struct proxy_target *t, char *buf, size_t size);
 
 /*
  * Starts the proxy (serve_port says where it listens): every accepted

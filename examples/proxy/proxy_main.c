@@ -1,4 +1,4 @@
-/* examples/proxy/proxy_main.c: `proxy --to HOST:PORT [--connect-timeout MS] [--port P] [--host ADDR] [--threads N] [--backend B] [--recv M] [--idle-timeout MS] [--nagle]`. */
+/* examples/proxy/proxy_main.c: `proxy --to HOST:PORT|unix:PATH [--connect-timeout MS] [--port P] [--host ADDR] [--threads N] [--backend B] [--recv M] [--idle-timeout MS] [--nagle]`. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,9 +13,9 @@ static struct proxy_target target = { .connect_timeout_ms = DEFAULT_CONNECT_TIME
 /* Called by serve_main once the shared options parsed: only then is the target worth announcing. */
 static int start(const struct serve_opts *o, struct serve **out)
 {
-	bool v6 = strchr(target.host, ':') != NULL;
-	printf("proxy: each client to %s%s%s:%d, connect timeout %u ms%s\n", v6 ? "[" : "", target.host,
-	       v6 ? "]" : "", target.port, target.connect_timeout_ms,
+	char at[160];
+	printf("proxy: each client to %s, connect timeout %u ms%s\n", proxy_target_text(&target, at, sizeof(at)),
+	       target.connect_timeout_ms,
 	       target.connect_timeout_ms ? "" : " (none: the kernel's)");
 	return proxy_start(o, &target, out);
 }
@@ -53,7 +53,7 @@ static bool take(const char *v, const char *name, const char **into)
 /* The exit status of a bad command line, after the usage line. */
 static int usage_error(void)
 {
-	fprintf(stderr, "usage: proxy --to HOST:PORT [--connect-timeout MS] [OPTIONS] (proxy --help lists them)\n");
+	fprintf(stderr, "usage: proxy --to HOST:PORT|unix:PATH [--connect-timeout MS] [OPTIONS] (proxy --help lists them)\n");
 	return 2;
 }
 
@@ -69,9 +69,10 @@ static int bad(const char *what, const char *value)
 /* The proxy's own options are taken out of the line before the shared ones are parsed. */
 int main(int argc, char **argv)
 {
-	serve_extra_synopsis = "--to HOST:PORT [--connect-timeout MS]";
+	serve_extra_synopsis = "--to HOST:PORT|unix:PATH [--connect-timeout MS]";
 	serve_extra_usage =
-		"  --to HOST:PORT  where each client is connected (numeric; [V6]:PORT for IPv6); required\n"
+		"  --to HOST:PORT  where each client is connected (numeric; [V6]:PORT for IPv6; tcp:HOST:PORT\n"
+		"                  too), or --to unix:PATH (unix:@NAME: abstract); required\n"
 		"  --connect-timeout MS  a client whose upstream has not answered by then is reset\n"
 		"                        (default 5000; 0: the kernel's own, minutes, each waiting\n"
 		"                        client holding two sockets meanwhile, even one that left)\n"

@@ -1,8 +1,11 @@
 /* examples/resp/resp.c: RESP2 over pipes: the commands of a read run under one lock, their replies flushed once. */
 #include "resp.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "frames.h"
 #include "resp_parse.h"
@@ -34,9 +37,28 @@ static void resp_thread_fini(void)
 	out = (struct resp_buf){ 0 };
 }
 
+/* What answering one read needs. */
+struct resp_batch {
+	struct resp_app *app;
+	size_t answered;   /* commands answered in this read */
+};
+
+/* The most commands answered, and reply bytes staged, in one read since resp_start. */
+static size_t largest_batch, largest_replies;
+
+static void note_max(size_t *max, size_t v)
+{
+	size_t seen = __atomic_load_n(max, __ATOMIC_RELAXED);
+	while (v > seen && !__atomic_compare_exchange_n(max, &seen, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+	}
+}
+
 static ssize_t resp_frame(void *arg, const char *p, size_t len)
 {
-	struct resp_app *app = arg;
+	struct resp_batch *b = arg;
+	/* Before parsing (frames_each's rule): the rest waits for the next read, after this one's flush. */
+	if (b->answered == RESP_MAX_PIPELINED || out.len >= RESP_MAX_BATCH_REPLY)
+		return FRAMES_YIELD;
 	int rc = resp_parse(p, len, &limits, &cmd);
 	if (rc == RESP_NEED_MORE)
 		return 0;
@@ -44,21 +66,27 @@ static ssize_t resp_frame(void *arg, const char *p, size_t len)
 		resp_reply_error(&out, cmd.error);
 		return -1;
 	}
-	return resp_execute(app->store, &cmd, &out) == 0 ? (ssize_t)cmd.consumed : -1;
+	if (resp_execute(b->app->store, &cmd, &out) != 0)
+		return -1;
+	b->answered++;
+	return (ssize_t)cmd.consumed;
 }
 
 static int resp_data(void *state, void *arg, const struct perch_read_result *r,
 		     struct perch_pipe_writer *w, size_t *consumed)
 {
 	struct resp_conn *rc = state;
-	struct resp_app *app = arg;
-	bool stop;
+	struct resp_batch b = { arg, 0 };
+	enum frames_end end;
 	/* One lock a read, not a command: 16 pipelined commands cost one acquisition. */
-	pthread_mutex_lock(&app->lock);
-	*consumed = frames_each(&rc->acc, r, resp_frame, app, &stop);
-	pthread_mutex_unlock(&app->lock);
+	pthread_mutex_lock(&b.app->lock);
+	*consumed = frames_each(&rc->acc, r, resp_frame, &b, &end);
+	pthread_mutex_unlock(&b.app->lock);
+	note_max(&largest_batch, b.answered);
+	note_max(&largest_replies, out.len);
+	int stop = end == FRAMES_STOPPED ? 1 : end == FRAMES_YIELDED ? SERVE_YIELD : 0;
 	if (out.len && perch_pipe_write(w, out.p, out.len) != 0)
-		stop = true;
+		stop = 1;
 	out.len = 0;
 	if (out.cap > REPLY_BUF_KEEP)
 		resp_thread_fini(); /* a large GET's reply: do not keep its memory for the small ones */
@@ -77,15 +105,28 @@ static const struct serve_proto resp_proto = {
 	.thread_fini = resp_thread_fini,
 };
 
+void resp_largest_batch(size_t *commands, size_t *reply_bytes)
+{
+	*commands = __atomic_load_n(&largest_batch, __ATOMIC_RELAXED);
+	*reply_bytes = __atomic_load_n(&largest_replies, __ATOMIC_RELAXED);
+}
+
 int resp_start(const struct serve_opts *o, struct serve **out_srv)
 {
+	__atomic_store_n(&largest_batch, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&largest_replies, 0, __ATOMIC_RELAXED);
 	struct resp_app *app = calloc(1, sizeof(*app));
-	if (!app || !(app->store = resp_store_new())) {
-		free(app);
+	if (!app)
 		return -ENOMEM;
+	int rc = resp_store_new(&app->store);
+	if (rc < 0) {
+		fprintf(stderr, "resp: no key space: %s%s\n", strerror(-rc),
+			rc == -ENOMEM ? "" : " (getrandom, for the hash key)");
+		free(app);
+		return rc;
 	}
 	pthread_mutex_init(&app->lock, NULL);
-	int rc = serve_start(o, &resp_proto, app, out_srv);
+	rc = serve_start(o, &resp_proto, app, out_srv);
 	if (rc != 0) {
 		resp_store_free(app->store);
 		pthread_mutex_destroy(&app->lock);

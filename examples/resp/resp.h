@@ -4,10 +4,22 @@
 
 #include "serve.h"
 
-/* Starts the server with an empty store. Returns 0 with *out, -ENOMEM, or serve_start's error. */
+/* Starts the server with an empty store. Returns 0 with *out, -ENOMEM, resp_store_new's getrandom error, or serve_start's. */
 int resp_start(const struct serve_opts *o, struct serve **out);
 
 /* Stops it and frees the store. NULL is ignored. */
 void resp_stop(struct serve *s);
+
+/*
+ * One read's work: at most RESP_MAX_PIPELINED commands, and no command
+ * starts once its replies reach RESP_MAX_BATCH_REPLY bytes (a GET of a
+ * large value, pipelined, would stage it again and again). The replies
+ * are flushed before the rest of the read is parsed.
+ */
+#define RESP_MAX_PIPELINED 128
+#define RESP_MAX_BATCH_REPLY (256u << 10)
+
+/* For tests and diagnostics: the most commands answered, and reply bytes staged, in one read since resp_start. */
+void resp_largest_batch(size_t *commands, size_t *reply_bytes);
 
 #endif /* PERCH_EXAMPLES_RESP_H */

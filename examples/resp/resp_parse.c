@@ -51,16 +51,20 @@ bool resp_parse_ll(const char *s, size_t len, long long *out)
 
 /*
  * A "<c><number>\r\n" count line at p[pos..): returns 1 with the number and
- * *next, 0 when the CRLF has not arrived, -1 when the line outgrew
- * max_inline (redis's "too big ... count string"). Redis looks for the CR;
- * so does this, and the LF must follow it.
+ * *next, 0 when the CRLF has not arrived, -1 when the line (before its CR)
+ * is longer than max_inline (redis's "too big ... count string"), whether
+ * or not its CR has arrived: the verdict must not depend on how the bytes
+ * were split (a fuzzing finding). Redis looks for the CR; so does this,
+ * and the LF must follow it.
  */
 static int count_line(const char *p, size_t len, size_t pos, const struct limits *l,
 		      long long *num, bool *ok, size_t *next)
 {
 	const char *cr = memchr(p + pos, '\r', len - pos);
+	if ((cr ? (size_t)(cr - p) : len) - pos > l->max_inline)
+		return -1;
 	if (!cr || (size_t)(cr - p) + 1 >= len)
-		return len - pos > l->max_inline ? -1 : 0;
+		return 0;
 	size_t e = (size_t)(cr - p);
 	*ok = p[e + 1] == '\n' && resp_parse_ll(p + pos + 1, e - pos - 1, num);
 	*next = e + 2;

@@ -10,13 +10,19 @@
 /* Not thread-safe: one store per loop thread, or a lock around each call, is the caller's choice. */
 struct resp_store;
 
-/* Returns a new empty store, or NULL when memory is short. */
-struct resp_store *resp_store_new(void);
+/*
+ * Makes an empty store with a secret hash key of its own from getrandom(2),
+ * so clients cannot choose keys that collide. Returns 0 with *out, -ENOMEM,
+ * or getrandom's error (-ENOSYS: the kernel has none; then no store).
+ */
+int resp_store_new(struct resp_store **out);
 /* Frees the store and every key in it; NULL is ignored. */
 void resp_store_free(struct resp_store *s);
 
 /* Number of keys. */
 size_t resp_store_count(const struct resp_store *s);
+/* The most keys any one bucket holds (walks the whole table: for tests and diagnostics). */
+size_t resp_store_longest_chain(const struct resp_store *s);
 /* Sets key to value (copies both). Returns 0 or -ENOMEM (then the old value stays). */
 int resp_store_set(struct resp_store *s, const char *key, size_t klen, const char *val, size_t vlen);
 /* The value of key (valid until the next change of that key), *vlen set; NULL when absent. */

@@ -53,7 +53,7 @@ struct perch_loop_opts {
 
 /* Per-connection options; a zeroed struct (or NULL) means every default. */
 struct perch_conn_opts {
-	enum perch_recv_mode recv_mode;
+	enum perch_recv_mode recv_mode;  /* io_uring receives a Unix socket single-shot whatever this says (perch/sock.h) */
 	size_t pause_bytes;        /* unconsumed bytes that pause recv; 0: 256 KiB. A reader
 				    * that waits for more while holding back this much (examined,
 				    * not consumed) waits for good: set it above the largest
@@ -68,8 +68,8 @@ struct perch_conn_opts {
 				    * and answers). true: Nagle's algorithm stays on, so a small
 				    * segment waits while an earlier small one is unacknowledged
 				    * and leaves with what follows: fewer, fuller segments for
-				    * bulk streams. Fixed for the connection's life (perch gives
-				    * no fd to change or read it); a listener's is its accepted
+				    * bulk streams. Fixed for the connection's life (not to be
+				    * changed through perch_conn_fd); a listener's is its accepted
 				    * ones' (doc/loop.md, "TCP_NODELAY") */
 };
 
@@ -136,8 +136,10 @@ PERCH_API int perch_loop_run(struct perch_loop *loop);
 PERCH_API int perch_loop_run_once(struct perch_loop *loop, int timeout_ms);
 
 /*
- * Makes perch_loop_run return after its current turn. Any thread; the
- * wake is coalesced with pending posts. Returns 0 or -EINVAL.
+ * Makes perch_loop_run return after its current turn. Any thread, and
+ * async-signal-safe (atomics and one write(2), which may set errno: a
+ * handler saves it); the wake is coalesced with pending posts. Returns 0
+ * or -EINVAL.
  */
 PERCH_API int perch_loop_stop(struct perch_loop *loop);
 
@@ -164,26 +166,88 @@ PERCH_API bool perch_loop_is_current(const struct perch_loop *loop);
  * perch_loop_run returned, and after releasing every connection (their
  * buffers belong to the loop) and every buffer forwarded from them has
  * come back (perch_conn_forward: a send completed, an in-memory pipe's
- * reader consumed it or was freed). NULL is ignored.
+ * reader consumed it or was freed). Every call other threads make on the
+ * loop (post, stop, listen, connect, adopt, a listener's close, a
+ * lingering close) must have
+ * returned before it starts: one still running may touch the freed loop.
+ * Work posted before it started runs in its last drains (connects and
+ * adoptions then report -ECANCELED), as does work those callbacks post,
+ * up to 64 drains. Listener handles are invalid once it starts. Called
+ * off the owner's thread, it runs no callbacks: posted work is dropped
+ * (a line on stderr says so). NULL is ignored.
  */
 PERCH_API void perch_loop_free(struct perch_loop *loop);
 
 /* ---- Listeners and connects: any thread. ---- */
 
 /*
+ * How a listening socket is made; a zeroed struct (or NULL) means every
+ * default.
+ */
+struct perch_listen_opts {
+	int backlog;               /* listen(2)'s backlog; 0: SOMAXCONN; negative: -EINVAL */
+	bool reuseport;            /* false (default): a port (TCP) another socket listens on,
+				    * in this process or another, is refused with -EADDRINUSE.
+				    * true: SO_REUSEPORT, so loops (one per thread) share the
+				    * port and the kernel spreads connections among them; every
+				    * listener on the port must ask for it, and a server started
+				    * twice then splits its clients silently. Ignored by Unix
+				    * sockets (a name has one listener) */
+	unsigned mode;             /* perch_listen_unix on a path: the socket file's permission
+				    * bits (connecting needs write permission on it), set by
+				    * chmod(2) between bind and listen, so no connect is ever
+				    * accepted under the umask's bits; e.g. 0660. 0: as the
+				    * umask left them. Above 07777, or with an abstract name
+				    * (no file): -EINVAL. Set through a handle that follows no
+				    * symlink (O_PATH, then /proc/self/fd: /proc must be
+				    * mounted): if the bound file was replaced meanwhile by a
+				    * non-socket (a symlink, by whoever else can write its
+				    * directory), -ENOTSOCK and nothing is listening */
+	bool unlink_stale;         /* perch_listen_unix on a path: a socket file there that no
+				    * one listens on (a connect to it is refused: its server
+				    * died without removing it) is removed and the bind made
+				    * again. A live listener's file, or a file that is not a
+				    * socket, is never removed (-EADDRINUSE). The probe is a
+				    * real connect: a live server accepts it, and sees an
+				    * empty connection from this process. Every perch starter
+				    * on a path holds an flock(2) on its directory from bind
+				    * until listen, so two at once never both take the name:
+				    * one wins, the other hears -EADDRINUSE. With this option
+				    * the lock is required: the directory must be readable
+				    * (open's -EACCES otherwise), and a lock held for half a
+				    * second (a forked child that kept it) is -EAGAIN.
+				    * Servers outside perch take no such lock. false
+				    * (default): any file there is -EADDRINUSE. Ignored for
+				    * an abstract name, which vanishes with its last socket */
+};
+
+/*
  * Listens on host (a numeric IPv4 or IPv6 address) and port (0: the
- * kernel picks, see perch_listener_port), with SO_REUSEPORT. Accepted
- * connections get `opts` (NULL: defaults) and go to on_accept on the loop
- * thread; a listener out of fds or memory pauses for up to 100 ms
+ * kernel picks, see perch_listener_port), with `lopts` (NULL: defaults,
+ * so no SO_REUSEPORT). SO_REUSEADDR is always set (a port whose old
+ * connections wait in TIME_WAIT is free); an IPv6 address listens on IPv6
+ * only (IPV6_V6ONLY: "::" leaves IPv4's 0.0.0.0 to another listener).
+ * Accepted connections get `opts` (NULL: defaults) and go to on_accept on
+ * the loop thread; a listener out of fds or memory pauses for up to 100 ms
  * (doc/loop.md, "Out of fds").
  * Returns 0 with *out set (valid until perch_listener_close); -EINVAL for
- * a bad argument; bind's or listen's error (-EADDRINUSE, ...); -ENOMEM.
+ * a bad argument (a NULL loop, on_accept or out, a host that is not a
+ * numeric address, a port out of 0..65535, bad opts or lopts);
+ * -EADDRINUSE when another socket listens on the port and either of the
+ * two did not ask for reuseport; bind's or listen's other errors
+ * (-EACCES for a port below 1024 without the privilege, ...); -ENOMEM.
  * Inside one of the loop's turns the listener is in the loop on return
  * (no room: -ENOMEM; during perch_loop_free: -ECANCELED); outside them the
  * insert is queued, and a queued insert that fails is logged, with *out
  * valid until closed or the loop is freed (doc/loop.md, "A listen out of
  * memory").
  */
+PERCH_API int perch_listen_tcp(struct perch_loop *loop, const char *host, int port,
+			       const struct perch_listen_opts *lopts,
+			       const struct perch_conn_opts *opts, perch_accept_fn on_accept,
+			       void *arg, struct perch_listener **out);
+
+/* perch_listen_tcp with the default listen options (no SO_REUSEPORT). */
 PERCH_API int perch_listen(struct perch_loop *loop, const char *host, int port,
 			   const struct perch_conn_opts *opts, perch_accept_fn on_accept,
 			   void *arg, struct perch_listener **out);

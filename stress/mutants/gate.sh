@@ -3,17 +3,24 @@
 #
 # Usage: gate.sh [SRCDIR]   (PERCH_STRESS_ROUNDS sets the rounds per race; default 200000;
 #                           PERCH_GATE_ONLY=GLOB checks only the matching mutants;
-#                           PERCH_GATE_SUITE_PASSED=1 skips re-running the suite on the real code)
+#                           PERCH_GATE_SUITE_PASSED=1 skips re-running the suites on the real code)
 # Copies SRCDIR to a scratch directory, builds the race suite once, checks
 # that the real code passes, then applies each stress/mutants/*.patch in
 # turn, rebuilds, and requires the suite to fail (each race stops at its
 # first broken round, PERCH_STRESS_FAILFAST=1, so a caught mutant is
-# cheap). A patch whose header says "# Caught by test: PROGRAM [TEST]"
+# cheap). A race mutant is judged in both modes and both verdicts are
+# printed: free (real parallel threads, stress/perch_stress; not judged on
+# one CPU, where real threads cannot meet) and scheduled
+# (stress/perch_stress_sched, the controlled scheduler; its seed replays a
+# catch). Each mode that judges must catch it, unless the patch says why
+# that mode cannot: "# Not in free mode: WHY" or "# Not in scheduled mode:
+# WHY". A patch whose header says "# Caught by test: PROGRAM [TEST]"
 # (e.g. tests/test_epoll a_yielded_...) is judged by that cmocka program
 # instead: it must pass on the real code and fail with the patch (TEST,
 # when given, runs first on its own through PERCH_TEST_FILTER; then the
 # whole program); "# Caught by asan test: PROGRAM [TEST]" is the same in
-# an ASan+UBSan build, for a use after free the plain build runs through.
+# an ASan+UBSan build, for a use after free the plain build runs through
+# (or a broken invariant: PERCH_ASSERT is on in sanitizer builds only).
 # Exits 1 unless every mutant is caught and the real code passes.
 set -euo pipefail
 
@@ -35,23 +42,39 @@ copy_tree() {
 		(cd "$src" && git ls-files -z --cached --others --exclude-standard) |
 			(cd "$src" && xargs -0 cp --parents -t "$scratch" 2>/dev/null || true)
 	else
-		tar -C "$src" --exclude='./build*' --exclude=autom4te.cache -cf - . | tar -C "$scratch" -xf -
+		# A release tarball or an archive: everything but the build trees
+		# (a directory with a config.status), keeping build-aux/.
+		local excludes=() d
+		for d in "$src"/*/; do
+			[ -f "$d/config.status" ] && excludes+=(--exclude="./$(basename "$d")")
+		done
+		tar -C "$src" "${excludes[@]}" --exclude=./autom4te.cache -cf - . | tar -C "$scratch" -xf -
 	fi
 }
 
 build_suite() {
-	make -C "$scratch/b" -j"$(nproc)" stress/perch_stress >"$scratch/build.log" 2>&1
+	make -C "$scratch/b" -j"$jobs" stress/perch_stress stress/perch_stress_sched >"$scratch/build.log" 2>&1
 }
 
-# Runs the suite (fail-fast when $1 is 1, only the races matching $2 when
-# given) and leaves its exit status in $suite_rc and its output in run.log.
+# The binary of a mode: free or sched.
+suite_binary() {
+	if [ "$1" = sched ]; then echo "$scratch/b/stress/perch_stress_sched"; else echo "$scratch/b/stress/perch_stress"; fi
+}
+
+# Runs the suite in mode $1 (free or sched), fail-fast when $2 is 1, only
+# the races matching $3 when given; leaves its exit status in $suite_rc and
+# its output in run.log.
 run_suite() {
 	set +e
-	PERCH_STRESS_ROUNDS=${suite_rounds:-$rounds} PERCH_STRESS_FAILFAST=${1:-0} \
-		timeout "$per_run_limit" "$scratch/b/stress/perch_stress" ${2:+"$2"} >"$scratch/run.log" 2>&1
+	PERCH_STRESS_ROUNDS=${suite_rounds:-$rounds} PERCH_STRESS_FAILFAST=${2:-0} \
+		timeout "$per_run_limit" "$(suite_binary "$1")" ${3:+"$3"} >"$scratch/run.log" 2>&1
 	suite_rc=$?
 	set -e
 }
+
+# Real threads meet only with two CPUs or more.
+cpus=$(nproc)
+jobs=${JOBS:-$cpus}
 
 # What caught a mutant: the races with a broken round (failures > 0 in the
 # summary table: an overlap floor missed is not a catch), or a crash or hang.
@@ -60,13 +83,30 @@ what_caught() {
 	[ "$suite_rc" -eq 124 ] && echo "(hung: timed out)"
 	[ "$suite_rc" -gt 128 ] && echo "(crashed: signal $((suite_rc - 128)))"
 	# Summary rows: name, rounds, overlaps, failures, verdict.
-	sed -nE 's/^(.*[^ ]) +([0-9]+) +[0-9]+ +([1-9][0-9]*) +FAIL$/\1 (broken after \2 rounds)/p' "$scratch/run.log"
+	# The rounds column counts the rounds run: the broken one is the last.
+	sed -nE 's/^(.*[^ ]) +([0-9]+) +[0-9]+ +([1-9][0-9]*) +FAIL$/\1 \2/p' "$scratch/run.log" |
+		awk '{ n = $NF; $NF = ""; sub(/ $/, ""); printf "%s (broken in round %d)\n", $0, n - 1 }'
+}
+
+# A scheduled catch's replay command, as the harness printed it.
+replay_line() {
+	sed -nE 's/^ *replay: (.*)/\1/p' "$scratch/run.log" | head -n 1
 }
 
 # The race a patch's "Caught by:" line names first: tried alone before the
 # whole suite, so a caught mutant costs one race, not eight.
 first_named_race() {
 	sed -nE 's/^# Caught by: ([^(,]*[^ (,]).*/\1/p' "$1" | sed 's/\.$//' | head -n 1
+}
+
+# Why a patch says mode $2 (free or scheduled) cannot catch it (the line
+# and the comment lines that continue it), or nothing.
+not_in_mode() {
+	awk -v tag="# Not in $2 mode: " '
+		index($0, tag) == 1 { why = substr($0, length(tag) + 1); on = 1; next }
+		on && /^# [^A-Z]/ { why = why " " substr($0, 3); next }
+		{ on = 0 }
+		END { if (why != "") print why }' "$1"
 }
 
 # A patch's "Caught by test:" line: "PROGRAM [TEST]", or nothing.
@@ -95,7 +135,7 @@ asan_build() {
 run_test() {
 	local dir=${3:-$scratch/b}
 	set +e
-	if ! make -C "$dir" -j"$(nproc)" "$1" >"$scratch/build.log" 2>&1; then
+	if ! make -C "$dir" -j"$jobs" "$1" >"$scratch/build.log" 2>&1; then
 		test_rc=255
 	else
 		PERCH_TEST_FILTER=${2:-} timeout "$test_limit" "$dir/$1" >"$scratch/run.log" 2>&1
@@ -112,13 +152,14 @@ test_failure() {
 		awk 'NR <= 3; END { if (NR > 3) print "(+" NR - 3 " more failed)" }'
 	grep -m1 -E '^\[  (ERROR|FAILED) +\] ---' "$scratch/run.log" | sed 's/^\[ *[A-Z]* *\] --- //'
 	grep -m1 -E '^\[   LINE   \] ---' "$scratch/run.log" | sed 's/^.*--- .*\/tests\//tests\//'
-	grep -m1 -oE '(AddressSanitizer|UndefinedBehaviorSanitizer): [A-Za-z-]+( on address)?' "$scratch/run.log"
+	grep -m1 -oE '(AddressSanitizer|UndefinedBehaviorSanitizer): [A-Za-z-]+( on address)?|perch: invariant broken: .*' "$scratch/run.log"
 }
 
 # A mutant judged by a cmocka program built in DIR: "judge_by_test NAME DIR
-# SANITIZER PROGRAM [TEST]"; with SANITIZER 1 only a sanitizer's report
-# counts as a catch (an assertion or a timeout in the slower build does
-# not). Prints its verdict line; returns 1 when missed.
+# SANITIZER PROGRAM [TEST]"; with SANITIZER 1 only a sanitizer's report,
+# or perch's own "invariant broken" line, counts as a catch (a test's
+# assertion or a timeout in the slower build does not). Prints its
+# verdict line; returns 1 when missed.
 judge_by_test() {
 	local name=$1 dir=$2 sanitizer=$3 program=$4 filter=${5:-} how
 	run_test "$program" "$filter" "$dir"
@@ -131,11 +172,59 @@ judge_by_test() {
 	if [ "$test_rc" -eq 0 ]; then
 		printf '%-50s %s\n' "$name" "MISSED ($program passes)"; return 1
 	fi
-	if [ "$sanitizer" = 1 ] && ! grep -qE '(Address|UndefinedBehavior|Leak)Sanitizer' "$scratch/run.log"; then
+	if [ "$sanitizer" = 1 ] && ! grep -qE '(Address|UndefinedBehavior|Leak)Sanitizer|perch: invariant broken' "$scratch/run.log"; then
 		printf '%-50s %s\n' "$name" "MISSED ($program failed without a sanitizer report)"; return 1
 	fi
 	how=$(test_failure | paste -sd ';' | sed 's/;/; /g')
 	printf '%-50s caught by: %s: %s\n' "$name" "$program" "$how"
+}
+
+# Mode $1's verdict on the patch $2: "caught by: ...", "MISSED", or "not
+# judged: ..."; returns 1 when missed.
+race_verdict() {
+	local mode=$1 patch=$2 named caught why
+	why=$(not_in_mode "$patch" "$([ "$mode" = sched ] && echo scheduled || echo free)")
+	if [ -n "$why" ]; then echo "not judged: $why"; return 0; fi
+	if [ "$mode" = free ] && [ "$cpus" -lt 2 ]; then echo "not judged: one CPU"; return 0; fi
+	named=$(first_named_race "$patch")
+	# Fail-fast, so the extra rounds cost only what a late catch needs.
+	suite_rounds=$((rounds * named_factor)) run_suite "$mode" 1 "$named"
+	if [ "$suite_rc" -eq 2 ]; then
+		echo "its Caught by line names no race ('$named')"; return 1
+	fi
+	scheduler_error && return 1
+	caught=$(what_caught)
+	if [ -z "$caught" ]; then
+		run_suite "$mode" 1 # the named race missed it: try every race
+		scheduler_error && return 1
+		caught=$(what_caught)
+	fi
+	if [ -z "$caught" ]; then echo "MISSED"; return 1; fi
+	echo "caught by: $(echo "$caught" | paste -sd ';' | sed 's/;/; /g')$([ "$mode" = sched ] &&
+		echo "; replay: $(replay_line)")"
+}
+
+# Exit status 3: the scheduler could not run a race (a replay diverged, a
+# round too long): an error, never a catch. Prints it and returns 0 then.
+scheduler_error() {
+	[ "$suite_rc" -eq 3 ] || return 1
+	echo "ERROR: $(grep -m1 'SCHEDULER ERROR' "$scratch/run.log" | sed 's/^ *//')"
+}
+
+# A race mutant, judged in both modes: prints both verdicts; returns 1
+# when a mode that judges missed it, or when no mode could judge it.
+judge_by_races() {
+	local name=$1 patch=$2 free sched rc=0
+	free=$(race_verdict free "$patch") || rc=1
+	sched=$(race_verdict sched "$patch") || rc=1
+	case "$free/$sched" in "not judged"*/"not judged"*)
+		sched="$sched; NOT JUDGED in any mode here"; rc=1 ;;
+	esac
+	race_mutants=$((race_mutants + 1))
+	case $free in "caught by:"*) free_caught=$((free_caught + 1)) ;; esac
+	case $sched in "caught by:"*) sched_caught=$((sched_caught + 1)) ;; esac
+	printf '%-50s free:      %s\n%-50s scheduled: %s\n' "$name" "$free" "" "$sched"
+	return "$rc"
 }
 
 copy_tree
@@ -148,13 +237,17 @@ echo "mutant gate: $rounds rounds per race (a mutant's named race: up to $((roun
 # ./dev test runs the same suite on the same tree just before the gate, and
 # stops if it fails; it says so with PERCH_GATE_SUITE_PASSED=1 to save a run.
 if [ "${PERCH_GATE_SUITE_PASSED:-0}" = 1 ]; then
-	printf '%-50s %s\n' "real code" "passed the race suite in the step before"
+	printf '%-50s %s\n' "real code" "passed the race suites in the steps before"
 else
-	run_suite 0
-	if [ "$suite_rc" -ne 0 ]; then
-		echo "gate: the real code FAILS the race suite:"; cat "$scratch/run.log"; exit 1
-	fi
+	for mode in free sched; do
+		[ "$mode" = free ] && [ "$cpus" -lt 2 ] && continue
+		run_suite "$mode" 0
+		if [ "$suite_rc" -ne 0 ]; then
+			echo "gate: the real code FAILS the $mode race suite:"; cat "$scratch/run.log"; exit 1
+		fi
+	done
 fi
+[ "$cpus" -lt 2 ] && echo "gate: one CPU: free-mode verdicts are not judged here (real threads cannot meet)"
 # Every program a mutant names must pass on the real code, or its failure proves nothing.
 for program in $(for patch in "$src"/stress/mutants/*.patch; do
 	# shellcheck disable=SC2254
@@ -176,9 +269,9 @@ done | awk '{print $1}' | sort -u); do
 	fi
 	tests_named="${tests_named:-} $program (asan)"
 done
-printf '%-50s %s\n' "real code" "passes (race suite${tests_named:+,$tests_named})"
+[ -n "${tests_named:-}" ] && printf '%-50s %s\n' "real code" "passes the programs mutants name:$tests_named"
 
-missed=0 total=0
+missed=0 total=0 race_mutants=0 free_caught=0 sched_caught=0
 for patch in "$src"/stress/mutants/*.patch; do
 	name=$(basename "$patch" .patch)
 	# shellcheck disable=SC2254
@@ -200,24 +293,10 @@ for patch in "$src"/stress/mutants/*.patch; do
 	elif ! build_suite; then
 		printf '%-50s %s\n' "$name" "DOES NOT BUILD"; missed=$((missed + 1))
 	else
-		named=$(first_named_race "$patch")
-		# Fail-fast, so the extra rounds cost only what a late catch needs.
-		suite_rounds=$((rounds * named_factor)) run_suite 1 "$named"
-		if [ "$suite_rc" -eq 2 ]; then
-			echo "gate: $name: its Caught by line names no race ('$named')"; exit 1
-		fi
-		caught=$(what_caught)
-		if [ -z "$caught" ]; then
-			run_suite 1 # the named race missed it: try every race
-			caught=$(what_caught)
-		fi
-		if [ -z "$caught" ]; then
-			printf '%-50s %s\n' "$name" "MISSED"; missed=$((missed + 1))
-		else
-			printf '%-50s caught by: %s\n' "$name" "$(echo "$caught" | paste -sd ';' | sed 's/;/; /g')"
-		fi
+		judge_by_races "$name" "$patch" || missed=$((missed + 1))
 	fi
 	patch -s --fuzz=0 -R -p1 -d "$scratch" <"$patch"
 done
-echo "mutants caught: $((total - missed)) of $total"
+echo "mutants caught: $((total - missed)) of $total ($race_mutants by races: free caught $free_caught," \
+	"scheduled caught $sched_caught, the rest not judged in that mode; $((total - race_mutants)) by cmocka tests)"
 [ "$missed" -eq 0 ]
