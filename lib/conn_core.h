@@ -3,6 +3,8 @@
 #define PERCH_LIB_CONN_CORE_H
 
 #include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
 
 #include "atomic.h"
 #include "conn_internal.h"
@@ -123,11 +125,22 @@ static inline ck_fifo_spsc_entry_t *perch__fifo_recycle(ck_fifo_spsc_t *f)
 
 /* ---- received segments and the reader's queue (lib/conn_read.c) ---- */
 
-/* A segment goes back to its owner (the loop's pool, the in-memory pipe). */
-static inline void perch__seg_release(struct perch_conn *c, struct perch_seg *seg)
+/* buf_id of a segment the connection allocated itself (a compacted tail): freed, not given back. */
+#define PERCH__SEG_OWN UINT32_MAX
+
+/* A segment goes back to its owner (the loop's pool, the in-memory pipe), or is freed if it is the conn's. */
+static inline void perch__seg_give_back(const struct perch__transport_ops *ops, struct perch_seg *seg)
 {
 	seg->next = NULL;
-	c->ops->release_seg(seg);
+	if (seg->buf_id == PERCH__SEG_OWN)
+		free(seg);
+	else
+		ops->release_seg(seg);
+}
+
+static inline void perch__seg_release(struct perch_conn *c, struct perch_seg *seg)
+{
+	perch__seg_give_back(c->ops, seg);
 }
 
 /* Whether the last result (the claim holder's) has room for this advance. */
@@ -137,8 +150,18 @@ static inline bool perch__advance_fits(const struct perch_conn *c, size_t consum
 	       c->rd_result_base + examined >= c->rd_examined;
 }
 
-/* Under the claim: ends the last result; returns the whole segments the consumed bytes covered. */
-struct perch_seg *perch__read_end_result(struct perch_conn *c, size_t consumed, size_t examined);
+/*
+ * Under the claim: ends the last result; returns the whole segments the
+ * consumed bytes covered. When the reader examined all it was shown and
+ * what is left is a short tail (c->compact_max) in the transport's
+ * buffers, the tail moves to a segment of the conn's own, sized to it,
+ * and *given_up gets the buffers it left (else NULL): both lists go back
+ * once the claim is let go.
+ */
+struct perch_seg *perch__read_end_result(struct perch_conn *c, size_t consumed, size_t examined,
+					 struct perch_seg **given_up);
+/* Gives back a list of segments (after the claim is let go). */
+void perch__segs_release(struct perch_conn *c, struct perch_seg *seg);
 /* Moves what the backend queued onto the reader's private list (under the claim, or at destroy). */
 void perch__read_drain_fifo(struct perch_conn *c);
 /* The completion side of the slot, after a read-modify-write published new state. Any thread. */

@@ -141,17 +141,18 @@ int perch_conn_forward(struct perch_conn *src, size_t consumed, size_t examined,
 		return -EBUSY;
 	struct txchain ch = { NULL, NULL };
 	size_t first_off = src->rd_head_off;
-	struct perch_seg *done = NULL;
+	struct perch_seg *done = NULL, *given_up = NULL;
 	rc = perch__advance_fits(src, consumed, examined) ? chain_consumed(src, dst, consumed, &ch)
 							   : -EINVAL;
 	if (rc == 0)
-		done = perch__read_end_result(src, consumed, examined);
+		done = perch__read_end_result(src, consumed, examined, &given_up);
 	perch__slot_release(src);
 	if (rc != 0) {
 		chain_abandon(&ch);
 		return rc;
 	}
 	release_copied(src, done, first_off);
+	perch__segs_release(src, given_up);
 	stage_chain(dst, &ch, consumed);
 	if (consumed > 0 && src->ops->consumed)
 		src->ops->consumed(src, consumed);

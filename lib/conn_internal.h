@@ -112,6 +112,7 @@ struct perch_conn {
 	uint64_t rd_result_base;       /* stream offset the last result started at */
 	uint64_t rd_result_len;
 	bool rd_have_result;
+	uint32_t compact_max;          /* a waiting tail this short leaves the transport's buffers (0: never) */
 
 	/* ---- flush arm (any thread) ---- */
 	uint32_t flush_busy CK_CC_CACHELINE;   /* the in-progress guard */

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "conn_core.h"
 
@@ -191,7 +192,7 @@ static struct perch_seg *consume_bytes(struct perch_conn *c, uint64_t n)
 	return done;
 }
 
-static void release_segs(struct perch_conn *c, struct perch_seg *seg)
+void perch__segs_release(struct perch_conn *c, struct perch_seg *seg)
 {
 	while (seg) {
 		struct perch_seg *next = seg->next;
@@ -200,19 +201,64 @@ static void release_segs(struct perch_conn *c, struct perch_seg *seg)
 	}
 }
 
-struct perch_seg *perch__read_end_result(struct perch_conn *c, size_t consumed, size_t examined)
+/* Whether the reader's list holds a buffer of the transport's (worth compacting). */
+static bool holds_transport_buffer(const struct perch_conn *c)
 {
+	for (const struct perch_seg *seg = c->rd_head; seg; seg = seg->next)
+		if (seg->buf_id != PERCH__SEG_OWN)
+			return true;
+	return false;
+}
+
+/*
+ * A peer that sends the start of a message and goes quiet would otherwise
+ * keep a whole receive buffer (16 KiB of the loop's pool) for a few bytes:
+ * with enough such peers no connection of the loop could receive. Copying
+ * at most compact_max bytes, once per wait, costs less. Returns the
+ * buffers given up (NULL: the list stays as it was).
+ */
+static struct perch_seg *compact_tail(struct perch_conn *c)
+{
+	uint64_t left = c->rd_drained - c->rd_consumed;
+	if (left == 0 || left > c->compact_max || !holds_transport_buffer(c))
+		return NULL;
+	struct perch_seg *own = malloc(sizeof(*own) + left);
+	if (!own)
+		return NULL; /* the tail stays where it is: nothing lost */
+	own->data = (uint8_t *)(own + 1);
+	own->len = (uint32_t)left;
+	own->buf_id = PERCH__SEG_OWN;
+	own->owner = NULL;
+	own->next = NULL;
+	size_t at = 0, off = c->rd_head_off;
+	for (struct perch_seg *seg = c->rd_head; seg; seg = seg->next, off = 0) {
+		memcpy(own->data + at, seg->data + off, seg->len - off);
+		at += seg->len - off;
+	}
+	PERCH_ASSERT(at == left); /* the list holds exactly the unconsumed bytes */
+	struct perch_seg *given_up = c->rd_head;
+	c->rd_head = c->rd_tail = own;
+	c->rd_head_off = 0;
+	return given_up;
+}
+
+struct perch_seg *perch__read_end_result(struct perch_conn *c, size_t consumed, size_t examined,
+					 struct perch_seg **given_up)
+{
+	/* The reader saw all it was shown: it waits for more, with what is left. */
+	bool waits = examined == c->rd_result_len;
 	struct perch_seg *done = consume_bytes(c, consumed);
 	c->rd_consumed = c->rd_result_base + consumed;
 	perch__store_u64(&c->rd_examined, c->rd_result_base + examined);
 	c->rd_have_result = false;
+	*given_up = waits ? compact_tail(c) : NULL;
 	return done;
 }
 
 /* After the claim is let go: the segments go back, the transport hears how much was consumed. */
 static inline void consumed(struct perch_conn *c, struct perch_seg *done, uint64_t n)
 {
-	release_segs(c, done);
+	perch__segs_release(c, done);
 	if (n > 0 && c->ops->consumed)
 		c->ops->consumed(c, n);
 }
@@ -268,9 +314,11 @@ int perch_conn_advance(struct perch_conn *c, size_t consumed_bytes, size_t exami
 		perch__slot_release(c);
 		return -EINVAL;
 	}
-	struct perch_seg *done = perch__read_end_result(c, consumed_bytes, examined);
+	struct perch_seg *given_up;
+	struct perch_seg *done = perch__read_end_result(c, consumed_bytes, examined, &given_up);
 	perch__slot_release(c);
 	consumed(c, done, consumed_bytes);
+	perch__segs_release(c, given_up);
 	return 0;
 }
 

@@ -13,8 +13,7 @@
 static void return_lent(struct perch__txbuf *b)
 {
 	struct perch__lent_seg *l = (struct perch__lent_seg *)(void *)b->data;
-	l->seg->next = NULL;
-	l->ops->release_seg(l->seg);
+	perch__seg_give_back(l->ops, l->seg);
 	free(b);
 }
 

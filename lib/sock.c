@@ -165,6 +165,8 @@ struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd, sa_fam
 		free(s);
 		return NULL;
 	}
+	/* A waiting tail up to a quarter of a receive buffer gives its pool buffers back (conn_read.c). */
+	s->conn->compact_max = loop->opts.buf_size / 4;
 	return s;
 }
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cmocka_prelude.h"
 #include "httpd.h"
@@ -444,6 +445,62 @@ static void a_client_that_never_reads_is_closed_after_the_idle_timeout(void **st
 	close(fd);
 }
 
+/* Waits (bounded) until this process holds exactly `want` fds; true if it came to that. */
+static bool fds_come_to(int want, double wait_ms)
+{
+	for (double t0 = su_now_ms(); su_now_ms() - t0 < wait_ms; usleep(10 * 1000))
+		if (lu_count_fds() == want)
+			return true;
+	return false;
+}
+
+/* Makes room for `n` more fds under RLIMIT_NOFILE if the hard limit allows; false if it does not. */
+static bool room_for_fds(int n)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return false;
+	rlim_t want = (rlim_t)(lu_count_fds() + n + 64);
+	if (rl.rlim_cur >= want)
+		return true;
+	if (rl.rlim_max < want)
+		return false;
+	rl.rlim_cur = want;
+	return setrlimit(RLIMIT_NOFILE, &rl) == 0;
+}
+
+/*
+ * Three times the loop's 512 receive buffers of clients each send the
+ * start of a request and go quiet. None may keep a receive buffer for its
+ * few bytes, or the loop could receive for nobody: a normal client is
+ * still served, and once they close the server notices (its fds come back).
+ */
+static void partial_requests_of_three_pools_of_clients_pin_no_receive_buffer(void **state)
+{
+	enum { N = 3 * 512 };
+	if (!room_for_fds(2 * N + 2))
+		skip();
+	int fds = lu_count_fds();
+	int *partial = malloc(N * sizeof(*partial));
+	for (int i = 0; i < N; i++) {
+		partial[i] = su_connect_to(state);
+		assert_true(su_send_str(partial[i], "GET /plaintext HTTP/1.1\r\nHost: x\r\n"));
+	}
+	/* Each accepted (our end and the server's), and a moment for their bytes to be received. */
+	assert_true(fds_come_to(fds + 2 * N, 10000));
+	usleep(200 * 1000);
+	int fd = su_connect_to(state);
+	assert_true(su_send_str(fd, GET_PLAIN));
+	expect_ok(fd, "text/plain", HELLO, "");
+	for (int i = 0; i < N; i++)
+		close(partial[i]);
+	free(partial);
+	assert_true(fds_come_to(fds + 2, 10000)); /* the normal client, both ends */
+	assert_true(su_send_str(fd, GET_JSON));
+	expect_ok(fd, "application/json", JSON, "");
+	close(fd);
+}
+
 int main(void)
 {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
@@ -465,6 +522,7 @@ int main(void)
 		T(client_that_does_not_read_is_held_back_and_loses_nothing),
 		T(a_read_of_many_pipelined_requests_is_answered_a_bounded_batch_at_a_time),
 		T(a_fin_behind_more_requests_than_a_batch_waits_for_their_answers),
+		T(partial_requests_of_three_pools_of_clients_pin_no_receive_buffer),
 		cmocka_unit_test_setup_teardown(two_loops_share_the_port, setup_two_loops, teardown),
 		cmocka_unit_test_setup_teardown(an_idle_keep_alive_connection_is_closed_after_the_idle_timeout,
 						setup_idle, teardown),

@@ -909,6 +909,28 @@ static uint32_t distinct_buffers_of_round_trips(struct lu_loop *l, int fd, struc
 	return distinct;
 }
 
+/* A started loop with one accepted connection (k->c); returns the client's fd. */
+static int one_connection(struct lu_loop *l, struct lu_catcher *k)
+{
+	struct perch_listener *ls;
+	*k = (struct lu_catcher){ .c = NULL };
+	sem_init(&k->got, 0, 0);
+	assert_int_equal(lu_start(l, NULL), 0);
+	assert_int_equal(test_listen(l->loop, NULL, lu_catch_accept, k, &ls), 0);
+	int fd = lu_plain_connect_to(ls);
+	assert_true(fd >= 0);
+	assert_int_equal(lu_sem_wait(&k->got, LU_TIMEOUT_MS), 0);
+	return fd;
+}
+
+static void one_connection_end(struct lu_loop *l, struct lu_catcher *k, int fd)
+{
+	perch_conn_release(k->c);
+	close(fd);
+	assert_int_equal(lu_stop(l), 0);
+	sem_destroy(&k->got);
+}
+
 /*
  * One byte at a time, each consumed before the next is sent: the kernel
  * needs one buffer at a time, and gets it from a few warm ones, not
@@ -918,21 +940,80 @@ static void a_quiet_connection_reuses_a_few_warm_buffers_not_the_whole_ring(void
 {
 	enum { MSGS = 1000, WARM = 64 };
 	struct lu_loop l;
-	struct lu_catcher k = { .c = NULL };
-	struct perch_listener *ls;
-	sem_init(&k.got, 0, 0);
-	assert_int_equal(lu_start(&l, NULL), 0);
-	assert_int_equal(test_listen(l.loop, NULL, lu_catch_accept, &k, &ls), 0);
-	int fd = lu_plain_connect_to(ls);
-	assert_true(fd >= 0);
-	assert_int_equal(lu_sem_wait(&k.got, LU_TIMEOUT_MS), 0);
+	struct lu_catcher k;
+	int fd = one_connection(&l, &k);
 	uint32_t distinct = distinct_buffers_of_round_trips(&l, fd, k.c, MSGS);
 	print_message("%s: %u distinct buffers for %d messages\n", perch_loop_backend_name(l.loop), distinct, MSGS);
 	assert_true(distinct <= WARM);
-	perch_conn_release(k.c);
-	close(fd);
-	assert_int_equal(lu_stop(&l), 0);
-	sem_destroy(&k.got);
+	one_connection_end(&l, &k, fd);
+}
+
+/* Reads until at least `n` bytes are shown (each shorter result examined whole); fills *r. */
+static void read_at_least(struct perch_conn *c, size_t n, struct perch_read_result *r)
+{
+	for (;;) {
+		struct perch_vtask_handle h;
+		int rc = perch_conn_read(c, r, &h);
+		if (rc == PERCH_PENDING) {
+			int64_t v;
+			assert_int_equal(perch_vtask_wait(h, LU_TIMEOUT_MS, &v), 0);
+			rc = perch_conn_try_read(c, r);
+		}
+		if (rc == -EAGAIN)
+			continue;
+		assert_int_equal(rc, 0);
+		if (r->len >= n)
+			return;
+		assert_int_equal(perch_conn_advance(c, 0, r->len), 0);
+	}
+}
+
+/* The bytes of a result, gathered across its segments (at most cap). */
+static size_t gather(const struct perch_read_result *r, char *out, size_t cap)
+{
+	size_t n = 0, off = r->first_off;
+	for (const struct perch_seg *s = r->first; s && n < r->len && n < cap; s = s->next, off = 0)
+		for (size_t i = off; i < s->len && n < r->len && n < cap; i++)
+			out[n++] = (char)s->data[i];
+	return n;
+}
+
+/* buf_id of a segment the connection allocated for a compacted tail (lib/conn_core.h). */
+#define OWN_SEGMENT UINT32_MAX
+
+/*
+ * A reader that examined all it was shown waits for more: the short tail
+ * it left moves out of the loop's receive buffer into one of the
+ * connection's own, and reads on whole with the bytes that come after it.
+ * A reader that left bytes unexamined reads again at once: nothing moves.
+ */
+static void a_waiting_short_tail_leaves_its_receive_buffer_and_reads_on_whole(void **state)
+{
+	struct lu_loop l;
+	struct lu_catcher k;
+	int fd = one_connection(&l, &k);
+	struct perch_read_result r;
+	char got[64];
+	assert_true(lu_write_all(fd, (const uint8_t *)"hello ", 6));
+	read_at_least(k.c, 6, &r);
+	assert_int_equal(perch_conn_advance(k.c, 2, 6), 0); /* "he" consumed, "llo " waits */
+	assert_true(lu_write_all(fd, (const uint8_t *)"world", 5));
+	read_at_least(k.c, 9, &r);
+	assert_int_equal(r.first->buf_id, OWN_SEGMENT);
+	assert_int_equal(r.first_off, 0);
+	assert_int_equal(r.first->len, 4);
+	assert_int_equal(gather(&r, got, sizeof(got)), 9);
+	assert_memory_equal(got, "llo world", 9);
+	assert_int_equal(perch_conn_advance(k.c, 9, 9), 0);
+	assert_true(lu_write_all(fd, (const uint8_t *)"xyz", 3));
+	read_at_least(k.c, 3, &r);
+	assert_int_equal(perch_conn_advance(k.c, 1, 1), 0); /* "yz" not examined: no wait, no move */
+	assert_int_equal(perch_conn_try_read(k.c, &r), 0);
+	assert_int_not_equal(r.first->buf_id, OWN_SEGMENT);
+	assert_int_equal(gather(&r, got, sizeof(got)), 2);
+	assert_memory_equal(got, "yz", 2);
+	assert_int_equal(perch_conn_advance(k.c, 2, 2), 0);
+	one_connection_end(&l, &k, fd);
 }
 
 /* Accepts every conn into the next slot of `c`, in order (beyond 512, released at once). */
@@ -2349,6 +2430,7 @@ int main(void)
 		cmocka_unit_test(a_paused_multishot_recv_takes_no_more_bytes_until_consumed),
 		cmocka_unit_test(a_paused_singleshot_recv_takes_no_more_bytes_until_consumed),
 		cmocka_unit_test(a_quiet_connection_reuses_a_few_warm_buffers_not_the_whole_ring),
+		cmocka_unit_test(a_waiting_short_tail_leaves_its_receive_buffer_and_reads_on_whole),
 		cmocka_unit_test(a_burst_holding_more_buffers_than_the_ring_has_grows_it),
 		cmocka_unit_test(a_ring_grown_by_a_burst_shrinks_back_once_quiet),
 		cmocka_unit_test(parked_connection_is_served_when_the_one_before_it_only_gets_a_fin),
