@@ -3,7 +3,8 @@
 #
 # Usage: gate.sh [SRCDIR]   (PERCH_STRESS_ROUNDS sets the rounds per race; default 200000;
 #                           PERCH_GATE_ONLY=GLOB checks only the matching mutants;
-#                           PERCH_GATE_SUITE_PASSED=1 skips re-running the suites on the real code)
+#                           PERCH_GATE_SUITE_PASSED=1 skips re-running the suites on the real code;
+#                           PERCH_GATE_LANES=N runs the test-judged mutants N at a time)
 # Copies SRCDIR to a scratch directory, builds the race suite once, checks
 # that the real code passes, then applies each stress/mutants/*.patch in
 # turn, rebuilds, and requires the suite to fail (each race stops at its
@@ -21,6 +22,9 @@
 # whole program); "# Caught by asan test: PROGRAM [TEST]" is the same in
 # an ASan+UBSan build, for a use after free the plain build runs through
 # (or a broken invariant: PERCH_ASSERT is on in sanitizer builds only).
+# The test-judged mutants run first, in parallel lanes (each its own copy
+# of the tree: they mostly wait on sockets and timers); the race mutants
+# after them, one at a time, with the CPUs to themselves.
 # Exits 1 unless every mutant is caught and the real code passes.
 set -euo pipefail
 
@@ -271,31 +275,102 @@ done | awk '{print $1}' | sort -u); do
 done
 [ -n "${tests_named:-}" ] && printf '%-50s %s\n' "real code" "passes the programs mutants name:$tests_named"
 
-missed=0 total=0 race_mutants=0 free_caught=0 sched_caught=0
-for patch in "$src"/stress/mutants/*.patch; do
+# Applies patch $1 to the tree at $scratch, judges it, and takes it back
+# out. Prints its verdict; returns 1 when missed.
+judge_one() {
+	local patch=$1 name by_test by_asan_test rc=0
 	name=$(basename "$patch" .patch)
-	# shellcheck disable=SC2254
-	case $name in $only) ;; *) continue ;; esac
-	total=$((total + 1))
 	# A dry run first: a patch that half-applies would leave its good hunks in the tree for the next mutant.
 	if ! patch -s --fuzz=0 --dry-run -p1 -d "$scratch" <"$patch" >/dev/null 2>&1 ||
 	   ! patch -s --fuzz=0 -p1 -d "$scratch" <"$patch"; then
-		printf '%-50s %s\n' "$name" "DOES NOT APPLY"; missed=$((missed + 1)); continue
+		printf '%-50s %s\n' "$name" "DOES NOT APPLY"; return 1
 	fi
 	by_test=$(named_test "$patch")
 	by_asan_test=$(named_asan_test "$patch")
 	if [ -n "$by_test" ]; then
 		# shellcheck disable=SC2086 # "PROGRAM [TEST]": two words
-		judge_by_test "$name" "$scratch/b" 0 $by_test || missed=$((missed + 1))
+		judge_by_test "$name" "$scratch/b" 0 $by_test || rc=1
 	elif [ -n "$by_asan_test" ]; then
 		# shellcheck disable=SC2086
-		judge_by_test "$name" "$(asan_build)" 1 $by_asan_test || missed=$((missed + 1))
+		judge_by_test "$name" "$(asan_build)" 1 $by_asan_test || rc=1
 	elif ! build_suite; then
-		printf '%-50s %s\n' "$name" "DOES NOT BUILD"; missed=$((missed + 1))
+		printf '%-50s %s\n' "$name" "DOES NOT BUILD"; rc=1
 	else
-		judge_by_races "$name" "$patch" || missed=$((missed + 1))
+		judge_by_races "$name" "$patch" || rc=1
 	fi
 	patch -s --fuzz=0 -R -p1 -d "$scratch" <"$patch"
+	return "$rc"
+}
+
+# Lane $1: judges the mutants named in lane_names[$1], in a copy of the
+# source of its own (from lanes/src.tar), writing each verdict to
+# lanes/verdicts/NAME and a mark to lanes/missed/NAME for each miss.
+run_lane() {
+	local n=$1 name root=$scratch/lanes
+	scratch=$root/$n
+	mkdir -p "$scratch/b"
+	tar -C "$scratch" -xf "$root/src.tar"
+	(cd "$scratch/b" && ../configure -q >/dev/null)
+	for name in ${lane_names[n]:-}; do
+		judge_one "$src/stress/mutants/$name.patch" >"$root/verdicts/$name" || : >"$root/missed/$name"
+	done
+}
+
+# Mutants judged by cmocka programs mostly wait on sockets and timers:
+# they run in parallel lanes, each in its own tree. Race mutants need the
+# CPUs to themselves and run one at a time after them.
+test_patches=() race_patches=()
+for patch in "$src"/stress/mutants/*.patch; do
+	# shellcheck disable=SC2254
+	case $(basename "$patch" .patch) in $only) ;; *) continue ;; esac
+	if [ -n "$(named_test "$patch")$(named_asan_test "$patch")" ]; then
+		test_patches+=("$patch")
+	else
+		race_patches+=("$patch")
+	fi
+done
+lanes=${PERCH_GATE_LANES:-$((cpus + 1 < 4 ? cpus + 1 : 4))}
+# The ASan-judged ones share lane 0, so only one lane makes an ASan build
+# (each counted as ASAN_COST plain ones); each other one goes to the lane
+# with the least work so far.
+ASAN_COST=4
+lane_names=() lane_load=()
+for ((n = 0; n < lanes; n++)); do lane_load[n]=0; done
+for patch in ${test_patches[@]+"${test_patches[@]}"}; do
+	if [ -n "$(named_asan_test "$patch")" ]; then
+		n=0 cost=$ASAN_COST
+	else
+		n=0 cost=1
+		for ((k = 1; k < lanes; k++)); do
+			[ "${lane_load[k]}" -lt "${lane_load[n]}" ] && n=$k
+		done
+	fi
+	lane_load[n]=$((lane_load[n] + cost))
+	lane_names[n]="${lane_names[n]:-} $(basename "$patch" .patch)"
+done
+mkdir -p "$scratch/lanes/verdicts" "$scratch/lanes/missed"
+# The source as it is (no build trees), read once, before any lane writes.
+tar -C "$scratch" --exclude=./b --exclude=./b-asan --exclude=./lanes --exclude=./run.log \
+	--exclude=./build.log -cf "$scratch/lanes/src.tar" .
+echo "mutant gate: ${#test_patches[@]} mutants judged by cmocka programs, in $lanes parallel lanes"
+for ((n = 0; n < lanes; n++)); do
+	run_lane "$n" &
+done
+wait
+missed=0 total=0 race_mutants=0 free_caught=0 sched_caught=0
+for patch in ${test_patches[@]+"${test_patches[@]}"}; do
+	name=$(basename "$patch" .patch)
+	total=$((total + 1))
+	if [ -f "$scratch/lanes/verdicts/$name" ]; then
+		cat "$scratch/lanes/verdicts/$name"
+	else
+		printf '%-50s %s\n' "$name" "NOT JUDGED (its lane failed)"; missed=$((missed + 1)); continue
+	fi
+	[ -f "$scratch/lanes/missed/$name" ] && missed=$((missed + 1))
+done
+for patch in ${race_patches[@]+"${race_patches[@]}"}; do
+	total=$((total + 1))
+	judge_one "$patch" || missed=$((missed + 1))
 done
 echo "mutants caught: $((total - missed)) of $total ($race_mutants by races: free caught $free_caught," \
 	"scheduled caught $sched_caught, the rest not judged in that mode; $((total - race_mutants)) by cmocka tests)"
