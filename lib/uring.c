@@ -214,12 +214,14 @@ static void dispatch(struct perch_loop *loop, uint64_t ud, int res, uint32_t fla
 		perch__uring_on_recv(u, s, res, flags, last);
 		break;
 	case OP_SEND:
+		us->flags &= ~F_SEND;
 		perch__loop_sent(s, res);
 		break;
 	case OP_ACCEPT:
 		perch__uring_on_accept(s, res, last);
 		break;
 	case OP_CONNECT:
+		us->flags &= ~F_CONNECT;
 		perch__loop_connected(s, res);
 		break;
 	default: /* the cancels: their targets report for themselves */

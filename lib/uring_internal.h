@@ -27,6 +27,8 @@ enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL,
 #define F_RECV_MS     2u   /* ... and it is multishot */
 #define F_RECV_CANCEL 4u   /* a pause's cancel for it is in flight */
 #define F_ACCEPT      8u   /* a listener's multishot accept is in flight */
+#define F_SEND       16u   /* a send is in flight */
+#define F_CONNECT    32u   /* a connect is in flight */
 
 /* This backend's state for one socket, kept after the loop's (perch__sock_be). */
 struct usock {

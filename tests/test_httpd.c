@@ -499,6 +499,7 @@ static void partial_requests_of_three_pools_of_clients_pin_no_receive_buffer(voi
 	assert_true(su_send_str(fd, GET_JSON));
 	expect_ok(fd, "application/json", JSON, "");
 	close(fd);
+	assert_true(fds_come_to(fds, 10000)); /* and its end too, once answered and gone */
 }
 
 int main(void)

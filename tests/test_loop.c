@@ -1016,6 +1016,67 @@ static void a_waiting_short_tail_leaves_its_receive_buffer_and_reads_on_whole(vo
 	one_connection_end(&l, &k, fd);
 }
 
+/* Whether the peer of `fd` ended its stream (EOF or reset) within ms. */
+static bool peer_ended_within(int fd, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char c;
+	return poll(&p, 1, ms) == 1 && recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
+}
+
+/*
+ * The peer's FIN ended the receive and no send is under way: a close then
+ * has nothing in flight to cancel, and must still close the fd (the
+ * peer sees its end) without waiting for the loop's free.
+ */
+static void a_close_with_nothing_in_flight_closes_the_fd_at_once(void **state)
+{
+	struct lu_loop l;
+	struct lu_catcher k;
+	int fd = one_connection(&l, &k);
+	struct perch_read_result r = { 0 };
+	assert_int_equal(shutdown(fd, SHUT_WR), 0);
+	while (!r.completed) {
+		read_at_least(k.c, 0, &r);
+		assert_int_equal(perch_conn_advance(k.c, r.len, r.len), 0);
+	}
+	assert_int_equal(perch_conn_close(k.c), 0);
+	assert_true(peer_ended_within(fd, LU_TIMEOUT_MS));
+	one_connection_end(&l, &k, fd);
+}
+
+/* Whether a plain connect to 127.0.0.1:port is refused (nothing listens there). */
+static bool connect_refused(int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	bool refused = lu_connect_fd(fd, port) != 0 && errno == ECONNREFUSED;
+	close(fd);
+	return refused;
+}
+
+static void release_accepted(struct perch_listener *ls, struct perch_conn *c, void *arg)
+{
+	perch_conn_release(c);
+}
+
+/* A listener's close ends its accept in flight and closes its fd at once: the port stops listening. */
+static void a_closed_listener_stops_listening_without_the_loops_free(void **state)
+{
+	struct lu_loop l;
+	struct perch_listener *ls;
+	assert_int_equal(lu_start(&l, NULL), 0);
+	assert_int_equal(test_listen(l.loop, NULL, release_accepted, NULL, &ls), 0);
+	int port = perch_listener_port(ls);
+	assert_false(connect_refused(port));
+	assert_int_equal(perch_listener_close(ls), 0);
+	double t0 = mono_ms();
+	while (!connect_refused(port) && mono_ms() - t0 < LU_TIMEOUT_MS)
+		usleep(10 * 1000);
+	assert_true(connect_refused(port));
+	assert_int_equal(lu_stop(&l), 0);
+}
+
 /* Accepts every conn into the next slot of `c`, in order (beyond 512, released at once). */
 struct many_accepts {
 	struct perch_conn *c[512];
@@ -2431,6 +2492,8 @@ int main(void)
 		cmocka_unit_test(a_paused_singleshot_recv_takes_no_more_bytes_until_consumed),
 		cmocka_unit_test(a_quiet_connection_reuses_a_few_warm_buffers_not_the_whole_ring),
 		cmocka_unit_test(a_waiting_short_tail_leaves_its_receive_buffer_and_reads_on_whole),
+		cmocka_unit_test(a_close_with_nothing_in_flight_closes_the_fd_at_once),
+		cmocka_unit_test(a_closed_listener_stops_listening_without_the_loops_free),
 		cmocka_unit_test(a_burst_holding_more_buffers_than_the_ring_has_grows_it),
 		cmocka_unit_test(a_ring_grown_by_a_burst_shrinks_back_once_quiet),
 		cmocka_unit_test(parked_connection_is_served_when_the_one_before_it_only_gets_a_fin),
