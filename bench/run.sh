@@ -20,6 +20,10 @@ Scenarios (default: all of them, in this order):
           against perch echo's three receive paths and both baselines
   unix    the echo scenario's loads over a Unix socket beside loopback TCP: perch echo, and
           both baselines (--unix PATH), each on TCP then on a Unix socket, in the same rounds
+  hostile bench/partial_client: HOSTILE_CONNS=10000 connections each holding the start of a
+          request, and meanwhile HOSTILE_PROBES=200 normal requests timed one at a time (p50, p99,
+          worst); then how long after their close the server's fds are back to where they were,
+          and its peak RSS; perch httpd on both backends against nginx (not in the default set)
 
 Each round starts every server afresh, one at a time, pinned to core SERVER_CPU (0), with
 the client pinned to CLIENT_CPU (1); servers run in the same order every round (ABAB...).
@@ -79,6 +83,7 @@ CLIENT_CPU=${CLIENT_CPU:-1}
 ECHO_CONNS=${ECHO_CONNS:-50} ECHO_SIZE=${ECHO_SIZE:-64}
 STREAM_CONNS=${STREAM_CONNS:-8} STREAM_SIZE=${STREAM_SIZE:-4096}
 HTTP_CONNS=${HTTP_CONNS:-50}
+HOSTILE_CONNS=${HOSTILE_CONNS:-10000} HOSTILE_PROBES=${HOSTILE_PROBES:-200}
 RESP_TESTS=${RESP_TESTS:-ping_mbulk set get} RESP_N1=${RESP_N1:-100000} RESP_N16=${RESP_N16:-1000000}
 BOUND_UTIL=${BOUND_UTIL:-0.90} # a server under this share of its core (of its quota) was not what bounded the load
 CONTEND=${CONTEND:-0.10}         # other work taking this share of the server's or the client's core contends the row
@@ -100,7 +105,7 @@ BUILD=$(readlink -f "$BUILD")
 SCENARIOS=("$@")
 ((${#SCENARIOS[@]})) || SCENARIOS=(echo http resp flood unix)
 for s in "${SCENARIOS[@]}"; do
-	[[ $s =~ ^(echo|http|resp|flood|unix)$ ]] || { echo "run.sh: unknown scenario '$s'" >&2; usage; }
+	[[ $s =~ ^(echo|http|resp|flood|unix|hostile)$ ]] || { echo "run.sh: unknown scenario '$s'" >&2; usage; }
 done
 
 server_defaults
@@ -137,7 +142,7 @@ if ((${#MISSING[@]})); then
 		"redis-tools gnuplot-nox; or ./dev bench-deps); what needs them is skipped or falls back" >&2
 fi
 have taskset || { echo "run.sh: taskset (util-linux) is required to pin server and client" >&2; exit 1; }
-for prog in echo_client flood_client http_client baseline_uring_echo baseline_epoll_echo; do
+for prog in echo_client flood_client http_client partial_client baseline_uring_echo baseline_epoll_echo; do
 	[[ -x $BUILD/bench/$prog ]] || { echo "run.sh: $BUILD/bench/$prog is missing: run ./dev build first" >&2; exit 1; }
 done
 
@@ -286,6 +291,63 @@ scenario_flood() {
 	done
 }
 
+# The fds the server holds (nginx: its master and worker), and their peak RSS in KiB.
+server_fds() {
+	local pid n=0
+	for pid in $SERVER_PID $(pgrep -P "$SERVER_PID" || true); do
+		n=$((n + $(find "/proc/$pid/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)))
+	done
+	echo "$n"
+}
+server_hwm_kib() {
+	local pid n=0 kib
+	for pid in $SERVER_PID $(pgrep -P "$SERVER_PID" || true); do
+		kib=$(awk '/^VmHWM:/ { print $2 }' "/proc/$pid/status" 2>/dev/null) || true
+		n=$((n + ${kib:-0}))
+	done
+	echo "$n"
+}
+
+# Seconds until the server's fds are back to $1 (bounded at 10 s: "never" past it).
+fds_back_after() { # baseline
+	local t0=$EPOCHREALTIME
+	while (($(server_fds) > $1)); do
+		awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { exit !(b - a > 10) }' && { echo never; return; }
+		sleep 0.01
+	done
+	awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f\n", b - a }'
+}
+
+# Hostile: one row per run with the probes' latencies, the fds' return and the peak RSS.
+scenario_hostile() {
+	local servers entry r port base line back hwm
+	servers=$(pick "perch-uring|$PERCH_HTTPD --backend uring" "perch-epoll|$PERCH_HTTPD --backend epoll" \
+		${PERCH_HTTPD_VS:+"$PERCH_HTTPD_VS"} "nginx|$NGINX")
+	echo "== hostile: $HOSTILE_CONNS connections holding half a request, $HOSTILE_PROBES normal requests meanwhile"
+	[[ -n $servers ]] || { echo "  (no server to run)"; return; }
+	# Every server and the client need more than 10,000 fds: the hard limit, if it allows.
+	ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+	for ((r = 1; r <= ROUNDS; r++)); do
+		while IFS= read -r entry; do
+			port=$((PORT++))
+			start_server "${entry#*|}" "$port" || continue
+			sleep 0.2
+			base=$(server_fds)
+			line=$(taskset -c "$CLIENT_CPU" timeout 300 "$BUILD/bench/partial_client" --port "$port" \
+				--conns "$HOSTILE_CONNS" --probes "$HOSTILE_PROBES" --csv </dev/null) || true
+			back=$(fds_back_after "$base")
+			hwm=$(server_hwm_kib)
+			stop_server
+			IFS=, read -r opened answered unanswered p50 p99 worst <<<"${line:-0,0,0,0,0,0}"
+			printf 'hostile\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "${entry%%|*}" "$r" "$opened" "$answered" \
+				"$unanswered" "$p50" "$p99" "$worst" "$back" "$hwm" >>"$TMP/hostile.tsv"
+			printf '  round %s  %-12s partial %s  answered %s  unanswered %s  p50 %s us  p99 %s us  worst %s us' \
+				"$r" "${entry%%|*}" "$opened" "$answered" "$unanswered" "$p50" "$p99" "$worst"
+			printf '  fds back after %s s  peak RSS %s KiB\n' "$back" "$hwm"
+		done <<<"$servers"
+	done
+}
+
 # ---- results ----
 
 # An awk median of a space-separated list, for the plots: the one summarize.awk has.
@@ -296,6 +358,19 @@ AWK_MEDIAN=$(sed -n '/^function median(/,/^}/p' "$ROOT/bench/summarize.awk")
 # neither) is said, and a throughput ratio with such a run on either side is starred.
 summarize() {
 	awk -v bound="$BOUND" -v bound_util="$BOUND_UTIL" -v contend="$CONTEND" -v quota="$QUOTA" -f "$ROOT/bench/summarize.awk" "$RAW"
+}
+
+summarize_hostile() {
+	awk -F'\t' '
+	{ k = $2; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+	  runs[k]++; un[k] += $6; ans[k] += $5; p50[k] = p50[k] " " $7; p99[k] = p99[k] " " $8; worst[k] = worst[k] " " $9
+	  back[k] = back[k] " " $10; hwm[k] = hwm[k] " " int($11 / 1024) }
+	END {
+		print "| server | runs | probes answered / unanswered | p50 us (each run) | p99 us (each run) | worst us (each run) | fds back after s (each run) | peak RSS MiB (each run) |"
+		print "|---|---:|---:|---|---|---|---|---|"
+		for (i = 1; i <= n; i++) { k = order[i]
+			printf "| %s | %d | %d / %d |%s |%s |%s |%s |%s |\n", k, runs[k], ans[k], un[k], p50[k], p99[k], worst[k], back[k], hwm[k] }
+	}' "$TMP/hostile.tsv"
 }
 
 summarize_flood() {
@@ -401,6 +476,16 @@ write_results() {
 			echo
 			summarize_flood
 		fi
+		if [[ -s $TMP/hostile.tsv ]]; then
+			echo
+			echo "## Hostile: $HOSTILE_CONNS connections each holding half a request, $HOSTILE_PROBES normal requests meanwhile"
+			echo
+			echo "Each probe: a fresh connection, one GET, its answer, timed from the connect (5 s, else unanswered)."
+			echo "Fds back after: from the client's exit (its partial connections closed) until the server holds"
+			echo "what it held before the load (\"never\": not within 10 s). Peak RSS: VmHWM, the server's processes summed."
+			echo
+			summarize_hostile
+		fi
 		echo
 		echo "Raw rounds: raw.tsv (scenario, load, server, round, throughput, p99 us, user us/req, sys us/req, errors,"
 		echo "wall s, server CPU s, server CPU / wall, capacity in requests per server-CPU second, client core busy share,"
@@ -409,6 +494,7 @@ write_results() {
 	RAW_WRITTEN= FLOOD_WRITTEN=
 	[[ -s $RAW ]] && cp "$RAW" "$OUT/raw.tsv" && RAW_WRITTEN=1
 	[[ -s $TMP/flood.tsv ]] && cp "$TMP/flood.tsv" "$OUT/flood.tsv" && FLOOD_WRITTEN=1
+	[[ -s $TMP/hostile.tsv ]] && cp "$TMP/hostile.tsv" "$OUT/hostile.tsv"
 	WRITTEN=()
 	if have gnuplot; then
 		for s in echo http resp unix; do

@@ -54,7 +54,8 @@ nginx_conf() {
 worker_processes 1;
 daemon off;
 pid $TMP/nginx-$1.pid;
-events { worker_connections 4096; }
+worker_rlimit_nofile 32768;
+events { worker_connections 16384; }
 http {
 	access_log off;
 	default_type text/plain;
