@@ -1045,12 +1045,12 @@ static void a_close_with_nothing_in_flight_closes_the_fd_at_once(void **state)
 	one_connection_end(&l, &k, fd);
 }
 
-/* Whether a plain connect to 127.0.0.1:port is refused (nothing listens there). */
-static bool connect_refused(int port)
+/* Whether a plain connect to `a` (TCP or Unix) is refused: nothing listens there. */
+static bool connect_refused(const struct sockaddr_storage *a, socklen_t len)
 {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd = socket(a->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	assert_true(fd >= 0);
-	bool refused = lu_connect_fd(fd, port) != 0 && errno == ECONNREFUSED;
+	bool refused = lu_connect_addr(fd, (const struct sockaddr *)a, len) != 0 && errno == ECONNREFUSED;
 	close(fd);
 	return refused;
 }
@@ -1067,13 +1067,17 @@ static void a_closed_listener_stops_listening_without_the_loops_free(void **stat
 	struct perch_listener *ls;
 	assert_int_equal(lu_start(&l, NULL), 0);
 	assert_int_equal(test_listen(l.loop, NULL, release_accepted, NULL, &ls), 0);
-	int port = perch_listener_port(ls);
-	assert_false(connect_refused(port));
+	struct sockaddr_storage a;
+	socklen_t len = sizeof(a);
+	assert_int_equal(getsockname(ls->sk.fd, (struct sockaddr *)&a, &len), 0);
+	if (a.ss_family == AF_INET)
+		((struct sockaddr_in *)&a)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_false(connect_refused(&a, len));
 	assert_int_equal(perch_listener_close(ls), 0);
 	double t0 = mono_ms();
-	while (!connect_refused(port) && mono_ms() - t0 < LU_TIMEOUT_MS)
+	while (!connect_refused(&a, len) && mono_ms() - t0 < LU_TIMEOUT_MS)
 		usleep(10 * 1000);
-	assert_true(connect_refused(port));
+	assert_true(connect_refused(&a, len));
 	assert_int_equal(lu_stop(&l), 0);
 }
 
