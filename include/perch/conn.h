@@ -17,15 +17,17 @@ struct perch_conn;
 
 /*
  * One received buffer, filled by the kernel and queued on the connection
- * without a copy. `data[0..len)` are the bytes; the segment belongs to the
- * connection until the reader advances past it.
+ * without a copy. `data[0..len)` are the bytes. A result's segments are
+ * valid until the reader's next advance: the advance gives consumed ones
+ * back, and one that examined everything may move a short unconsumed tail
+ * into a segment of the connection's own (doc/loop.md, "Receive memory").
  */
 struct perch_seg {
 	struct perch_seg *next;    /* next received segment, NULL at the end */
 	uint8_t *data;
 	uint32_t len;
-	uint32_t buf_id;           /* the backend's buffer id */
-	void *owner;               /* whose buffer it is (the transport's: a loop's is the loop) */
+	uint32_t buf_id;           /* the backend's buffer id; UINT32_MAX: the connection's own copy */
+	void *owner;               /* whose buffer it is (the transport's: a loop's is the loop; NULL: own) */
 };
 
 /*
