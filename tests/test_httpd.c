@@ -405,11 +405,11 @@ static void requests_spaced_under_the_idle_timeout_keep_the_connection_open(void
 }
 
 /* It sends requests but never reads: once the answers fill its socket, nothing progresses. */
-/* Whether the server (in this process) closed its end: the process is back to `fds` and our one. */
-static bool server_end_closed(int fds, double wait_ms)
+/* Waits (bounded) until this process holds exactly `want` fds; true if it came to that. */
+static bool fds_come_to(int want, double wait_ms)
 {
 	for (double t0 = su_now_ms(); su_now_ms() - t0 < wait_ms; usleep(10 * 1000))
-		if (lu_count_fds() == fds + 1)
+		if (lu_count_fds() == want)
 			return true;
 	return false;
 }
@@ -428,7 +428,7 @@ static void a_client_that_never_reads_is_closed_after_the_idle_timeout(void **st
 	 * every answer. Bounded; the sender is ended either way.
 	 */
 	usleep(SU_IDLE_MS * 1000);
-	bool closed = server_end_closed(fds, 100 * SU_IDLE_MS);
+	bool closed = fds_come_to(fds + 1, 100 * SU_IDLE_MS); /* the server's end gone, ours left */
 	if (!closed)
 		shutdown(fd, SHUT_RDWR);
 	su_send_join(&s);
@@ -443,15 +443,6 @@ static void a_client_that_never_reads_is_closed_after_the_idle_timeout(void **st
 	assert_true(got < N * (strlen(HELLO) + 100)); /* not every answer: it was cut off */
 	free(req);
 	close(fd);
-}
-
-/* Waits (bounded) until this process holds exactly `want` fds; true if it came to that. */
-static bool fds_come_to(int want, double wait_ms)
-{
-	for (double t0 = su_now_ms(); su_now_ms() - t0 < wait_ms; usleep(10 * 1000))
-		if (lu_count_fds() == want)
-			return true;
-	return false;
 }
 
 /* Makes room for `n` more fds under RLIMIT_NOFILE if the hard limit allows; false if it does not. */

@@ -863,22 +863,32 @@ static void a_ring_that_grows_while_buffers_come_and_go_loses_nothing(void **sta
 	}
 }
 
+/* Reads until at least `n` bytes are shown (each shorter result examined whole); fills *r. */
+static void read_at_least(struct perch_conn *c, size_t n, struct perch_read_result *r)
+{
+	for (;;) {
+		struct perch_vtask_handle h;
+		int rc = perch_conn_read(c, r, &h);
+		if (rc == PERCH_PENDING) {
+			int64_t v;
+			assert_int_equal(perch_vtask_wait(h, LU_TIMEOUT_MS, &v), 0);
+			rc = perch_conn_try_read(c, r);
+		}
+		if (rc == -EAGAIN)
+			continue;
+		assert_int_equal(rc, 0);
+		if (r->len >= n)
+			return;
+		assert_false(r->completed || r->closed || r->error); /* no more bytes will come */
+		assert_int_equal(perch_conn_advance(c, 0, r->len), 0);
+	}
+}
+
 /* Waits for the next bytes on c and consumes them; returns the buffer id of the first segment. */
 static uint32_t read_and_consume_one(struct perch_conn *c)
 {
 	struct perch_read_result r;
-	struct perch_vtask_handle h;
-	int rc = perch_conn_read(c, &r, &h);
-	while (rc == PERCH_PENDING || rc == -EAGAIN) {
-		int64_t v;
-		if (rc == PERCH_PENDING)
-			assert_int_equal(perch_vtask_wait(h, LU_TIMEOUT_MS, &v), 0);
-		rc = perch_conn_try_read(c, &r);
-		if (rc == -EAGAIN)
-			rc = perch_conn_read(c, &r, &h);
-	}
-	assert_int_equal(rc, 0);
-	assert_true(r.len > 0);
+	read_at_least(c, 1, &r);
 	uint32_t id = r.first->buf_id;
 	perch_conn_advance(c, r.len, r.len);
 	return id;
@@ -946,26 +956,6 @@ static void a_quiet_connection_reuses_a_few_warm_buffers_not_the_whole_ring(void
 	print_message("%s: %u distinct buffers for %d messages\n", perch_loop_backend_name(l.loop), distinct, MSGS);
 	assert_true(distinct <= WARM);
 	one_connection_end(&l, &k, fd);
-}
-
-/* Reads until at least `n` bytes are shown (each shorter result examined whole); fills *r. */
-static void read_at_least(struct perch_conn *c, size_t n, struct perch_read_result *r)
-{
-	for (;;) {
-		struct perch_vtask_handle h;
-		int rc = perch_conn_read(c, r, &h);
-		if (rc == PERCH_PENDING) {
-			int64_t v;
-			assert_int_equal(perch_vtask_wait(h, LU_TIMEOUT_MS, &v), 0);
-			rc = perch_conn_try_read(c, r);
-		}
-		if (rc == -EAGAIN)
-			continue;
-		assert_int_equal(rc, 0);
-		if (r->len >= n)
-			return;
-		assert_int_equal(perch_conn_advance(c, 0, r->len), 0);
-	}
 }
 
 /* The bytes of a result, gathered across its segments (at most cap). */
