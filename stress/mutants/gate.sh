@@ -159,6 +159,14 @@ test_failure() {
 	grep -m1 -oE '(AddressSanitizer|UndefinedBehaviorSanitizer): [A-Za-z-]+( on address)?|perch: invariant broken: .*' "$scratch/run.log"
 }
 
+# "; skipped: TEST ..." when the last run skipped tests (a skip on this
+# machine, a low fd limit say, is a common reason a mutant goes unseen).
+tests_skipped() {
+	local skipped
+	skipped=$(sed -nE 's/^\[  SKIPPED \] ([a-z_0-9]+)$/\1/p' "$scratch/run.log" | sort -u | paste -sd ' ')
+	[ -z "$skipped" ] || echo "; skipped: $skipped"
+}
+
 # A mutant judged by a cmocka program built in DIR: "judge_by_test NAME DIR
 # SANITIZER PROGRAM [TEST]"; with SANITIZER 1 only a sanitizer's report,
 # or perch's own "invariant broken" line, counts as a catch (a test's
@@ -174,7 +182,7 @@ judge_by_test() {
 		run_test "$program" "" "$dir" # the named test missed it: try the whole program
 	fi
 	if [ "$test_rc" -eq 0 ]; then
-		printf '%-50s %s\n' "$name" "MISSED ($program passes)"; return 1
+		printf '%-50s %s\n' "$name" "MISSED ($program passes$(tests_skipped))"; return 1
 	fi
 	if [ "$sanitizer" = 1 ] && ! grep -qE '(Address|UndefinedBehavior|Leak)Sanitizer|perch: invariant broken' "$scratch/run.log"; then
 		printf '%-50s %s\n' "$name" "MISSED ($program failed without a sanitizer report)"; return 1
@@ -357,20 +365,31 @@ for ((n = 0; n < lanes; n++)); do
 	run_lane "$n" &
 done
 wait
-missed=0 total=0 race_mutants=0 free_caught=0 sched_caught=0
+missed=0 total=0 race_mutants=0 free_caught=0 sched_caught=0 missed_names=""
 for patch in ${test_patches[@]+"${test_patches[@]}"}; do
 	name=$(basename "$patch" .patch)
 	total=$((total + 1))
 	if [ -f "$scratch/lanes/verdicts/$name" ]; then
 		cat "$scratch/lanes/verdicts/$name"
 	else
-		printf '%-50s %s\n' "$name" "NOT JUDGED (its lane failed)"; missed=$((missed + 1)); continue
+		printf '%-50s %s\n' "$name" "NOT JUDGED (its lane failed)" | tee "$scratch/lanes/verdicts/$name"
+		: >"$scratch/lanes/missed/$name"
 	fi
-	[ -f "$scratch/lanes/missed/$name" ] && missed=$((missed + 1))
+	if [ -f "$scratch/lanes/missed/$name" ]; then
+		missed=$((missed + 1)) missed_names="$missed_names $name"
+	fi
 done
 for patch in ${race_patches[@]+"${race_patches[@]}"}; do
 	total=$((total + 1))
-	judge_one "$patch" || missed=$((missed + 1))
+	name=$(basename "$patch" .patch)
+	judge_one "$patch" >"$scratch/lanes/verdicts/$name" || {
+		missed=$((missed + 1)) missed_names="$missed_names $name"
+	}
+	cat "$scratch/lanes/verdicts/$name"
+done
+# The misses again, next to the count, so a log cut in the middle still shows them.
+for name in $missed_names; do
+	printf 'missed: '; cat "$scratch/lanes/verdicts/$name"
 done
 echo "mutants caught: $((total - missed)) of $total ($race_mutants by races: free caught $free_caught," \
 	"scheduled caught $sched_caught, the rest not judged in that mode; $((total - race_mutants)) by cmocka tests)"
