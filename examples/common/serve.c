@@ -309,7 +309,8 @@ static int worker_init(struct serve *srv, int i, const struct serve_opts *o)
 {
 	struct serve_worker *wk = &srv->wk[i];
 	wk->srv = srv;
-	int rc = perch_loop_new(NULL, &wk->loop);
+	struct perch_loop_opts lopts = { .buf_count = o->recv_buffers };
+	int rc = perch_loop_new(&lopts, &wk->loop);
 	if (rc != 0)
 		return rc;
 	/*

@@ -39,6 +39,11 @@ struct serve_opts {
 	 * what request/answer protocols want.
 	 */
 	bool nagle;
+	/*
+	 * Each loop's receive buffers (perch_loop_opts.buf_count: a power of
+	 * two, at most 32768); 0: the library's default, 512.
+	 */
+	uint32_t recv_buffers;
 };
 
 #define SERVE_IDLE_TIMEOUT_MS 60000u
