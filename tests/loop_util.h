@@ -433,6 +433,15 @@ static inline bool lu_write_all(int fd, const uint8_t *p, size_t n)
 	return true;
 }
 
+/* One read(2), retried when a signal interrupts it: what read returns otherwise. */
+static inline ssize_t lu_read_once(int fd, void *p, size_t n)
+{
+	ssize_t r;
+	while ((r = read(fd, p, n)) < 0 && errno == EINTR)
+		;
+	return r;
+}
+
 static inline bool lu_read_all(int fd, uint8_t *p, size_t n)
 {
 	while (n) {
