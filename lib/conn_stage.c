@@ -90,6 +90,11 @@ static struct perch__txbuf *txbuf_with_room(struct perch_conn *c, size_t room, s
 
 /* ================= public calls: one writer, any thread ================= */
 
+size_t perch_conn_staged(const struct perch_conn *c)
+{
+	return c ? c->staged_len : 0;
+}
+
 int perch_conn_write(struct perch_conn *c, const void *data, size_t len)
 {
 	if (!c || (!data && len))

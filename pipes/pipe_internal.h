@@ -54,6 +54,7 @@ struct perch_pipe_writer {
 	uint32_t gate;                    /* WRITER_GATE_*: 0 lets a call take the connection's fast path */
 	uint32_t life;
 	size_t room;                      /* what the last get_buffer lent and advance has not committed */
+	size_t high_water;                /* perch_pipe_writer_above_high_water's mark */
 };
 
 /* ---- the in-memory pipe, for the reader and writer (pipes/mem_pipe.c) ---- */

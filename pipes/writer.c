@@ -54,6 +54,7 @@ int perch__pipe_writer_init(struct perch_pipe_writer **out, struct perch_conn *c
 	w->c = c;
 	w->mem = mem;
 	w->gate = mem ? WRITER_GATE_MEM : 0;
+	w->high_water = PERCH_PIPE_HIGH_WATER_DEFAULT;
 	perch_vtask_init(&w->vt);
 	perch__conn_ref(c);
 	*out = w;
@@ -101,6 +102,24 @@ int perch_pipe_advance(struct perch_pipe_writer *w, size_t n)
 	if (rc == 0)
 		w->room -= n;
 	return rc;
+}
+
+size_t perch_pipe_writer_staged(const struct perch_pipe_writer *w)
+{
+	return w ? perch_conn_staged(w->c) : 0;
+}
+
+int perch_pipe_writer_set_high_water(struct perch_pipe_writer *w, size_t bytes)
+{
+	if (!w)
+		return -EINVAL;
+	w->high_water = bytes ? bytes : PERCH_PIPE_HIGH_WATER_DEFAULT;
+	return 0;
+}
+
+bool perch_pipe_writer_above_high_water(const struct perch_pipe_writer *w)
+{
+	return w && perch_conn_staged(w->c) >= w->high_water;
 }
 
 /* A closed gate (the hot path's one load): completed, or an in-memory pipe's writer. */

@@ -338,6 +338,35 @@ static void a_forward_into_a_pipe_whose_reader_is_gone_consumes_nothing(void **s
 	perch_pipe_writer_free(w2);
 }
 
+/* The staged count is what was committed since the last flush; the mark is reached at, not past, it. */
+static void staged_bytes_are_counted_until_a_flush_and_the_high_water_mark_is_reached_at_it(void **state)
+{
+	struct perch_vtask_handle h;
+	uint8_t *buf;
+	size_t len;
+	assert_int_equal(perch_pipe_writer_staged(W(state)), 0);
+	assert_false(perch_pipe_writer_above_high_water(W(state)));
+	assert_int_equal(perch_pipe_writer_set_high_water(W(state), 5), 0);
+	assert_int_equal(perch_pipe_write(W(state), "abcd", 4), 0);
+	assert_int_equal(perch_pipe_get_buffer(W(state), 8, &buf, &len), 0);
+	assert_int_equal(perch_pipe_writer_staged(W(state)), 4); /* lent, not committed */
+	assert_false(perch_pipe_writer_above_high_water(W(state)));
+	assert_int_equal(perch_pipe_advance(W(state), 1), 0);
+	assert_int_equal(perch_pipe_writer_staged(W(state)), 5);
+	assert_true(perch_pipe_writer_above_high_water(W(state)));
+	assert_int_equal(perch_pipe_flush(W(state), &h), 0); /* 5 of pause 8: done at once */
+	assert_int_equal(perch_pipe_writer_staged(W(state)), 0);
+	assert_false(perch_pipe_writer_above_high_water(W(state)));
+	/* 0 is the default mark again: 64 KiB. */
+	assert_int_equal(perch_pipe_writer_set_high_water(W(state), 0), 0);
+	assert_int_equal(perch_pipe_write(W(state), "abcdef", 6), 0);
+	assert_false(perch_pipe_writer_above_high_water(W(state)));
+	assert_int_equal(perch_pipe_writer_set_high_water(NULL, 1), -EINVAL);
+	assert_int_equal(perch_pipe_writer_staged(NULL), 0);
+	assert_false(perch_pipe_writer_above_high_water(NULL));
+	assert_int_equal(perch_conn_staged(NULL), 0);
+}
+
 static void bad_options_and_arguments_return_einval(void **state)
 {
 	struct perch_pipe_reader *r = NULL;
@@ -365,6 +394,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(layers_stack_through_two_pipes, setup, teardown),
 		cmocka_unit_test(forward_hands_a_pipes_buffers_to_the_next_pipe_without_a_copy),
 		cmocka_unit_test_setup_teardown(a_forward_into_a_pipe_whose_reader_is_gone_consumes_nothing, setup, teardown),
+		cmocka_unit_test_setup_teardown(staged_bytes_are_counted_until_a_flush_and_the_high_water_mark_is_reached_at_it,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(bad_options_and_arguments_return_einval, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("mem_pipe", tests, NULL, NULL);

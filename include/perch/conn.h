@@ -140,6 +140,14 @@ PERCH_API int perch_conn_cancel_read(struct perch_conn *c);
 PERCH_API int perch_conn_write(struct perch_conn *c, const void *data, size_t len);
 
 /*
+ * Bytes written (or forwarded) since the last flush took the staged ones:
+ * what the connection holds for the writer and the kernel has not been
+ * handed yet. The writer's call (not at the same time as its writes); 0
+ * for NULL.
+ */
+PERCH_API size_t perch_conn_staged(const struct perch_conn *c);
+
+/*
  * Ends the last read of `src` as perch_conn_advance does, and stages the
  * consumed bytes on `dst` (`src` itself for an echo) as perch_conn_write
  * would, without copying: received buffers of 1 KiB or more covered whole

@@ -157,6 +157,29 @@ PERCH_API int perch_pipe_get_buffer(struct perch_pipe_writer *w, size_t size_hin
 PERCH_API int perch_pipe_advance(struct perch_pipe_writer *w, size_t n);
 
 /* Copies `len` bytes in (get_buffer + advance). Returns as perch_pipe_get_buffer. */
+
+/* A writer's high-water mark until perch_pipe_writer_set_high_water: 64 KiB. */
+#define PERCH_PIPE_HIGH_WATER_DEFAULT (64u * 1024)
+
+/*
+ * Bytes committed and not yet flushed (perch_conn_staged of the connection
+ * beneath); 0 for NULL. A writer call, like the ones below.
+ */
+PERCH_API size_t perch_pipe_writer_staged(const struct perch_pipe_writer *w);
+
+/*
+ * Sets the staged bytes at which perch_pipe_writer_above_high_water says
+ * stop: a protocol answering many requests of one read stops parsing
+ * there, flushes, and goes on once the flush completed, so a peer that
+ * pipelines requests and never reads the answers costs this much staged
+ * memory and no more (the socket's own buffer aside). 0 restores
+ * PERCH_PIPE_HIGH_WATER_DEFAULT. Nothing is refused by it: one answer may
+ * take the staged bytes past the mark. Returns 0, or -EINVAL for NULL.
+ */
+PERCH_API int perch_pipe_writer_set_high_water(struct perch_pipe_writer *w, size_t bytes);
+
+/* Whether the staged bytes reached the high-water mark: stop answering and flush. false for NULL. */
+PERCH_API bool perch_pipe_writer_above_high_water(const struct perch_pipe_writer *w);
 PERCH_API int perch_pipe_write(struct perch_pipe_writer *w, const void *data, size_t len);
 
 /*
