@@ -131,10 +131,67 @@ static void pipelined_gets_of_a_large_value_stage_a_bounded_reply(void **state)
 	size_t cmds, bytes;
 	resp_largest_batch(&cmds, &bytes);
 	print_message("largest batch of one read: %zu commands, %zu reply bytes\n", cmds, bytes);
-	assert_true(bytes <= RESP_MAX_BATCH_REPLY + (size_t)hl + VAL + 2);
+	assert_true(bytes <= PERCH_PIPE_HIGH_WATER_DEFAULT + (size_t)hl + VAL + 2);
 	free(set);
 	free(val);
 	free(got);
+	close(fd);
+}
+
+/* This process's resident memory in KiB (VmRSS), or -1. */
+static long rss_kib(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[128];
+	long kib = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kib;
+}
+
+/*
+ * 256 pipelined GETs of a 4 MiB value (1 GiB of replies), never read:
+ * the server stages the replies up to its writer's high-water mark, waits
+ * for a flush the client never lets complete, and parses no further, so
+ * its memory grows by the value, its one staged copy and the request
+ * bytes, not by the replies (an unbounded builder: 1 GiB). It still
+ * serves others meanwhile.
+ */
+static void pipelined_gets_of_a_large_value_never_read_cost_bounded_memory(void **state)
+{
+	enum { VAL = 4 << 20, GETS = 256, SAMPLES = 50 };
+	long before = rss_kib(), peak = before;
+	assert_true(before > 0);
+	int fd = su_connect_to(state);
+	char *set = malloc(VAL + 64);
+	assert_non_null(set);
+	int h = sprintf(set, "*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$%d\r\n", VAL);
+	memset(set + h, 'v', VAL);
+	memcpy(set + h + VAL, "\r\n", 2);
+	assert_true(su_send(fd, set, (size_t)h + VAL + 2));
+	free(set);
+	expect(fd, NULL, "+OK\r\n");
+	static const char get[] = "*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n";
+	char *gets = malloc(GETS * (sizeof(get) - 1) + 1);
+	assert_non_null(gets);
+	gets[0] = '\0';
+	for (int i = 0; i < GETS; i++)
+		strcat(gets, get);
+	assert_true(su_send_str(fd, gets));
+	free(gets);
+	for (int i = 0; i < SAMPLES; i++) { /* half a second: an unbounded builder is past the bound in tens of ms */
+		usleep(10 * 1000);
+		long now = rss_kib();
+		peak = now > peak ? now : peak;
+	}
+	print_message("resident memory: %ld KiB before, %ld KiB at most after the GETs\n", before, peak);
+	assert_true(peak - before < 64 * 1024);
+	int other = su_connect_to(state);
+	expect(other, "PING\r\n", "+PONG\r\n");
+	close(other);
 	close(fd);
 }
 
@@ -228,6 +285,7 @@ int main(void)
 		T(pipelined_commands_are_answered_in_order),
 		T(a_read_of_many_pipelined_commands_is_answered_a_bounded_batch_at_a_time),
 		T(pipelined_gets_of_a_large_value_stage_a_bounded_reply),
+		T(pipelined_gets_of_a_large_value_never_read_cost_bounded_memory),
 		T(command_sent_byte_by_byte_is_answered),
 		T(large_value_round_trips),
 		T(protocol_error_is_answered_then_closed),

@@ -93,7 +93,7 @@ static ssize_t httpd_frame(void *arg, const char *p, size_t len)
 {
 	struct httpd_batch *b = arg;
 	/* Before parsing (frames_each's rule): the rest waits for the next read, after this one's flush. */
-	if (b->answered == HTTPD_MAX_PIPELINED)
+	if (b->answered == HTTPD_MAX_PIPELINED || perch_pipe_writer_above_high_water(b->w))
 		return FRAMES_YIELD;
 	int rc = http_parse_request(p, len, &limits, &req);
 	if (rc == HTTP_NEED_MORE) {

@@ -17,7 +17,8 @@ void httpd_stop(struct serve *s);
  * Pipelined requests answered from one read at most: their answers are
  * flushed before the next are parsed, so a read full of tiny requests
  * (256 KiB of them is ~7,000) cannot stage megabytes of answers or hold
- * the loop thread for one connection.
+ * the loop thread for one connection. No request starts either once the
+ * staged answers reach the writer's high-water mark (echoed bodies).
  */
 #define HTTPD_MAX_PIPELINED 128
 

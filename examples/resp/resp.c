@@ -1,4 +1,4 @@
-/* examples/resp/resp.c: RESP2 over pipes: the commands of a read run under one lock, their replies flushed once. */
+/* examples/resp/resp.c: RESP2 over pipes: the commands of a read run under one lock, their replies staged and flushed once. */
 #include "resp.h"
 
 #include <errno.h>
@@ -24,22 +24,13 @@ struct resp_conn {
 /* A bulk string above this is a protocol error, which bounds a connection's copy of a spanning command. */
 static const struct resp_limits limits = { .max_bulk = 4u << 20 };
 
-/* A reply buffer grown past this is freed after its read. */
-#define REPLY_BUF_KEEP (256u << 10)
-
-/* Per loop thread: the parsed command (~21 KB) and the replies of one read. */
+/* Per loop thread: the parsed command (~21 KB). */
 static __thread struct resp_cmd cmd;
-static __thread struct resp_buf out;
-
-static void resp_thread_fini(void)
-{
-	free(out.p);
-	out = (struct resp_buf){ 0 };
-}
 
 /* What answering one read needs. */
 struct resp_batch {
 	struct resp_app *app;
+	struct perch_pipe_writer *w; /* where the replies are staged */
 	size_t answered;   /* commands answered in this read */
 };
 
@@ -57,16 +48,16 @@ static ssize_t resp_frame(void *arg, const char *p, size_t len)
 {
 	struct resp_batch *b = arg;
 	/* Before parsing (frames_each's rule): the rest waits for the next read, after this one's flush. */
-	if (b->answered == RESP_MAX_PIPELINED || out.len >= RESP_MAX_BATCH_REPLY)
+	if (b->answered == RESP_MAX_PIPELINED || perch_pipe_writer_above_high_water(b->w))
 		return FRAMES_YIELD;
 	int rc = resp_parse(p, len, &limits, &cmd);
 	if (rc == RESP_NEED_MORE)
 		return 0;
 	if (rc == RESP_ERROR) {
-		resp_reply_error(&out, cmd.error);
+		resp_reply_error(b->w, cmd.error);
 		return -1;
 	}
-	if (resp_execute(b->app->store, &cmd, &out) != 0)
+	if (resp_execute(b->app->store, &cmd, b->w) != 0)
 		return -1;
 	b->answered++;
 	return (ssize_t)cmd.consumed;
@@ -76,21 +67,15 @@ static int resp_data(void *state, void *arg, const struct perch_read_result *r,
 		     struct perch_pipe_writer *w, size_t *consumed)
 {
 	struct resp_conn *rc = state;
-	struct resp_batch b = { arg, 0 };
+	struct resp_batch b = { arg, w, 0 };
 	enum frames_end end;
 	/* One lock a read, not a command: 16 pipelined commands cost one acquisition. */
 	pthread_mutex_lock(&b.app->lock);
 	*consumed = frames_each(&rc->acc, r, resp_frame, &b, &end);
 	pthread_mutex_unlock(&b.app->lock);
 	note_max(&largest_batch, b.answered);
-	note_max(&largest_replies, out.len);
-	int stop = end == FRAMES_STOPPED ? 1 : end == FRAMES_YIELDED ? SERVE_YIELD : 0;
-	if (out.len && perch_pipe_write(w, out.p, out.len) != 0)
-		stop = 1;
-	out.len = 0;
-	if (out.cap > REPLY_BUF_KEEP)
-		resp_thread_fini(); /* a large GET's reply: do not keep its memory for the small ones */
-	return stop;
+	note_max(&largest_replies, perch_pipe_writer_staged(w));
+	return end == FRAMES_STOPPED ? 1 : end == FRAMES_YIELDED ? SERVE_YIELD : 0;
 }
 
 static void resp_fini(void *state)
@@ -102,7 +87,6 @@ static const struct serve_proto resp_proto = {
 	.state_size = sizeof(struct resp_conn),
 	.on_data = resp_data,
 	.fini = resp_fini,
-	.thread_fini = resp_thread_fini,
 };
 
 void resp_largest_batch(size_t *commands, size_t *reply_bytes)

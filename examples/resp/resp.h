@@ -12,12 +12,12 @@ void resp_stop(struct serve *s);
 
 /*
  * One read's work: at most RESP_MAX_PIPELINED commands, and no command
- * starts once its replies reach RESP_MAX_BATCH_REPLY bytes (a GET of a
- * large value, pipelined, would stage it again and again). The replies
- * are flushed before the rest of the read is parsed.
+ * starts once the staged replies reach the writer's high-water mark
+ * (perch_pipe_writer_above_high_water; a GET of a large value, pipelined,
+ * would stage it again and again). The replies are flushed, and the rest
+ * of the read is parsed once the flush completed.
  */
 #define RESP_MAX_PIPELINED 128
-#define RESP_MAX_BATCH_REPLY (256u << 10)
 
 /* For tests and diagnostics: the most commands answered, and reply bytes staged, in one read since resp_start. */
 void resp_largest_batch(size_t *commands, size_t *reply_bytes);

@@ -1,6 +1,7 @@
 /* examples/resp/resp_store.c: a chained hash map of binary-safe strings, and the PING/ECHO/SET/GET/DEL/INCR command table over it. */
 #include "resp_store.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -215,60 +216,46 @@ int resp_store_incr(struct resp_store *s, const char *key, size_t klen, int64_t 
 	return rc;
 }
 
-/* ---- replies ---- */
+/* ---- replies: staged on the writer as they are made ---- */
 
-static int reserve(struct resp_buf *o, size_t more)
+static int put(struct perch_pipe_writer *o, const char *s, size_t n)
 {
-	if (more <= o->cap - o->len)
-		return 0;
-	size_t cap = o->cap ? o->cap : 256;
-	while (cap - o->len < more)
-		cap *= 2;
-	char *p = realloc(o->p, cap);
-	if (!p)
-		return -ENOMEM;
-	o->p = p;
-	o->cap = cap;
-	return 0;
-}
-
-static int put(struct resp_buf *o, const char *s, size_t n)
-{
-	if (reserve(o, n) < 0)
-		return -ENOMEM;
-	memcpy(o->p + o->len, s, n);
-	o->len += n;
-	return 0;
+	return perch_pipe_write(o, s, n);
 }
 
 #define PUT_LIT(o, lit) put((o), (lit), sizeof(lit) - 1)
 
 /* ":<n>\r\n" */
-static int reply_int(struct resp_buf *o, long long n)
+static int reply_int(struct perch_pipe_writer *o, long long n)
 {
 	char b[32];
 	return put(o, b, (size_t)snprintf(b, sizeof(b), ":%lld\r\n", n));
 }
 
 /* "$<len>\r\n<bytes>\r\n" */
-static int reply_bulk(struct resp_buf *o, const char *p, size_t n)
+static int reply_bulk(struct perch_pipe_writer *o, const char *p, size_t n)
 {
 	char b[32];
-	if (put(o, b, (size_t)snprintf(b, sizeof(b), "$%zu\r\n", n)) < 0 || put(o, p, n) < 0)
-		return -ENOMEM;
-	return PUT_LIT(o, "\r\n");
+	int rc = put(o, b, (size_t)snprintf(b, sizeof(b), "$%zu\r\n", n));
+	if (rc == 0)
+		rc = put(o, p, n);
+	return rc ? rc : PUT_LIT(o, "\r\n");
 }
 
 /* An error line may not hold CR or LF: they become spaces, as redis does. */
-int resp_reply_error(struct resp_buf *out, const char *msg)
+int resp_reply_error(struct perch_pipe_writer *w, const char *msg)
 {
-	size_t n = strlen(msg), at = out->len + 5;
-	if (PUT_LIT(out, "-ERR ") < 0 || put(out, msg, n) < 0)
-		return -ENOMEM;
-	for (size_t i = at; i < out->len; i++)
-		if (out->p[i] == '\r' || out->p[i] == '\n')
-			out->p[i] = ' ';
-	return PUT_LIT(out, "\r\n");
+	size_t n = strlen(msg), len;
+	uint8_t *p;
+	int rc = perch_pipe_get_buffer(w, n + 7, &p, &len);
+	if (rc != 0)
+		return rc;
+	assert(len >= n + 7);
+	memcpy(p, "-ERR ", 5);
+	for (size_t i = 0; i < n; i++)
+		p[5 + i] = msg[i] == '\r' || msg[i] == '\n' ? ' ' : (uint8_t)msg[i];
+	memcpy(p + 5 + n, "\r\n", 2);
+	return perch_pipe_advance(w, n + 7);
 }
 
 /* ---- commands ---- */
@@ -278,20 +265,20 @@ static bool arg_is(struct resp_arg a, const char *name)
 	return a.len == strlen(name) && strncasecmp(a.p, name, a.len) == 0;
 }
 
-typedef int (*cmd_fn)(struct resp_store *s, const struct resp_cmd *c, struct resp_buf *o);
+typedef int (*cmd_fn)(struct resp_store *s, const struct resp_cmd *c, struct perch_pipe_writer *o);
 
-static int cmd_ping(struct resp_store *s, const struct resp_cmd *c, struct resp_buf *o)
+static int cmd_ping(struct resp_store *s, const struct resp_cmd *c, struct perch_pipe_writer *o)
 {
 	return c->argc == 1 ? PUT_LIT(o, "+PONG\r\n") : reply_bulk(o, c->argv[1].p, c->argv[1].len);
 }
 
-static int cmd_echo(struct resp_store *s, const struct resp_cmd *c, struct resp_buf *o)
+static int cmd_echo(struct resp_store *s, const struct resp_cmd *c, struct perch_pipe_writer *o)
 {
 	return reply_bulk(o, c->argv[1].p, c->argv[1].len);
 }
 
 /* SET key value; the options (EX, PX, NX, XX, GET, KEEPTTL) are not implemented. */
-static int cmd_set(struct resp_store *s, const struct resp_cmd *c, struct resp_buf *o)
+static int cmd_set(struct resp_store *s, const struct resp_cmd *c, struct perch_pipe_writer *o)
 {
 	if (c->argc != 3)
 		return resp_reply_error(o, "syntax error");
@@ -300,14 +287,14 @@ static int cmd_set(struct resp_store *s, const struct resp_cmd *c, struct resp_b
 	return PUT_LIT(o, "+OK\r\n");
 }
 
-static int cmd_get(struct resp_store *s, const struct resp_cmd *c, struct resp_buf *o)
+static int cmd_get(struct resp_store *s, const struct resp_cmd *c, struct perch_pipe_writer *o)
 {
 	size_t n;
 	const char *v = resp_store_get(s, c->argv[1].p, c->argv[1].len, &n);
 	return v ? reply_bulk(o, v, n) : PUT_LIT(o, "$-1\r\n");
 }
 
-static int cmd_del(struct resp_store *s, const struct resp_cmd *c, struct resp_buf *o)
+static int cmd_del(struct resp_store *s, const struct resp_cmd *c, struct perch_pipe_writer *o)
 {
 	long long n = 0;
 	for (size_t i = 1; i < c->argc; i++)
@@ -315,7 +302,7 @@ static int cmd_del(struct resp_store *s, const struct resp_cmd *c, struct resp_b
 	return reply_int(o, n);
 }
 
-static int cmd_incr(struct resp_store *s, const struct resp_cmd *c, struct resp_buf *o)
+static int cmd_incr(struct resp_store *s, const struct resp_cmd *c, struct perch_pipe_writer *o)
 {
 	int64_t v;
 	int rc = resp_store_incr(s, c->argv[1].p, c->argv[1].len, 1, &v);
@@ -327,7 +314,7 @@ static int cmd_incr(struct resp_store *s, const struct resp_cmd *c, struct resp_
 }
 
 /* CONFIG GET and COMMAND: nothing to tell, which clients take as "use your defaults". */
-static int cmd_empty_array(struct resp_store *s, const struct resp_cmd *c, struct resp_buf *o)
+static int cmd_empty_array(struct resp_store *s, const struct resp_cmd *c, struct perch_pipe_writer *o)
 {
 	return PUT_LIT(o, "*0\r\n");
 }
@@ -344,7 +331,7 @@ static const struct command {
 };
 
 /* redis's words: "unknown command 'x', with args beginning with: 'a' 'b' ", the args cut near 128 bytes. */
-static int reply_unknown(const struct resp_cmd *c, struct resp_buf *o)
+static int reply_unknown(const struct resp_cmd *c, struct perch_pipe_writer *o)
 {
 	char args[256], msg[512];
 	size_t al = 0;
@@ -359,7 +346,7 @@ static int reply_unknown(const struct resp_cmd *c, struct resp_buf *o)
 	return resp_reply_error(o, msg);
 }
 
-int resp_execute(struct resp_store *s, const struct resp_cmd *c, struct resp_buf *out)
+int resp_execute(struct resp_store *s, const struct resp_cmd *c, struct perch_pipe_writer *out)
 {
 	if (c->argc == 0)
 		return 0;

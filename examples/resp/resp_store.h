@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <perch.h>
+
 #include "resp_parse.h"
 
 /* Not thread-safe: one store per loop thread, or a lock around each call, is the caller's choice. */
@@ -36,23 +38,19 @@ int resp_store_del(struct resp_store *s, const char *key, size_t klen);
  */
 int resp_store_incr(struct resp_store *s, const char *key, size_t klen, int64_t by, int64_t *out);
 
-/* A growable reply buffer; zero-initialise it, free p when done. */
-struct resp_buf {
-	char *p;
-	size_t len, cap;
-};
-
 /*
- * Runs one parsed command against the store and appends its RESP2 reply to
- * out: PING [msg], ECHO msg, SET key value, GET key, DEL key [key ...],
- * INCR key, plus CONFIG GET and COMMAND answered with an empty array (what
- * redis-benchmark and redis-cli ask first). Unknown commands, wrong arity and
- * SET options get redis's error replies. argc 0 appends nothing. Returns 0
- * or -ENOMEM.
+ * Runs one parsed command against the store and stages its RESP2 reply on
+ * w, once: a GET's value is copied from the store into the writer's staged
+ * bytes and nowhere else. PING [msg], ECHO msg, SET key value, GET key,
+ * DEL key [key ...], INCR key, plus CONFIG GET and COMMAND answered with an
+ * empty array (what redis-benchmark and redis-cli ask first). Unknown
+ * commands, wrong arity and SET options get redis's error replies. argc 0
+ * stages nothing. Returns 0, -ENOMEM, or what perch_pipe_write returns
+ * (-EBUSY while a flush waits, -EPIPE).
  */
-int resp_execute(struct resp_store *s, const struct resp_cmd *cmd, struct resp_buf *out);
+int resp_execute(struct resp_store *s, const struct resp_cmd *cmd, struct perch_pipe_writer *w);
 
-/* Appends "-ERR <msg>\r\n" (a protocol error from resp_parse, say). Returns 0 or -ENOMEM. */
-int resp_reply_error(struct resp_buf *out, const char *msg);
+/* Stages "-ERR <msg>\r\n" (a protocol error from resp_parse, say). Returns as resp_execute. */
+int resp_reply_error(struct perch_pipe_writer *w, const char *msg);
 
 #endif /* PERCH_EXAMPLES_RESP_STORE_H */

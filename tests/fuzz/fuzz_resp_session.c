@@ -29,7 +29,6 @@ struct rig {
 	struct resp_store *store;
 	struct frame_buf acc;
 	struct resp_cmd cmd;
-	struct resp_buf out;
 	size_t answered;
 	struct fuzz_log replies;
 };
@@ -46,10 +45,10 @@ static ssize_t frame(void *arg, const char *p, size_t len)
 	if (rc == RESP_NEED_MORE)
 		return 0;
 	if (rc == RESP_ERROR) {
-		resp_reply_error(&g->out, g->cmd.error);
+		resp_reply_error(g->rep_w, g->cmd.error);
 		return -1;
 	}
-	if (resp_execute(g->store, &g->cmd, &g->out) != 0)
+	if (resp_execute(g->store, &g->cmd, g->rep_w) != 0)
 		abort();
 	g->answered++;
 	return (ssize_t)g->cmd.consumed;
@@ -74,9 +73,6 @@ static bool server_step(struct rig *g)
 	size_t consumed = frames_each(&g->acc, &res, frame, g, &end);
 	if (perch_pipe_advance_to(g->req_r, consumed, end == FRAMES_YIELDED ? consumed : res.len) != 0)
 		abort();
-	if (g->out.len && perch_pipe_write(g->rep_w, g->out.p, g->out.len) != 0)
-		abort();
-	g->out.len = 0;
 	bool last = end == FRAMES_STOPPED || (res.completed && end != FRAMES_YIELDED);
 	int rc = perch_pipe_flush(g->rep_w, &g->rep_flush);
 	if (rc == PERCH_PENDING)
@@ -165,7 +161,6 @@ static void run(struct rig *g, const struct fuzz_input *in, bool whole, const st
 	perch_pipe_reader_free(g->rep_r);
 	resp_store_free(g->store);
 	frame_buf_free(&g->acc);
-	free(g->out.p);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
