@@ -163,7 +163,8 @@ struct perch__backend {
  * connect that finishes at once is reported later in the turn); interest
  * in a direction exists only while the loop waits on it; a connection
  * that runs out of buffers parks until one comes back, first parked first
- * served (stats.enobufs_parks).
+ * served (stats.enobufs_parks), and still hears its peer's end while it
+ * waits (perch__loop_recv_own).
  */
 
 /* A list of timers in due order (lib/timer.c): one per duration in use, `ms` while not empty. */
@@ -210,6 +211,7 @@ struct perch_loop {
 	struct perch__timer_list timers_firing; /* due ones, while perch__timers_expire runs them */
 	struct {
 		uint64_t enobufs_parks;   /* recvs parked for want of buffers */
+		uint64_t own_receives;    /* recvs into the connection's own memory: its peer ended while it was parked */
 		uint64_t recv_pauses;     /* backpressure pauses */
 		uint64_t accept_errors;   /* failed accepts, every one */
 		uint64_t accept_pauses;   /* listeners paused for want of fds or memory */
@@ -253,6 +255,15 @@ void perch__loop_connected(struct perch__sock *s, int res);
 void perch__loop_received(struct perch__sock *s, struct perch__rxseg *rs);
 /* Receiving ended: 0 is the peer's FIN, else -errno. Called after every byte before it. */
 void perch__loop_recv_ended(struct perch__sock *s, int res);
+/*
+ * A connection parked for a receive buffer saw its peer's end or failure
+ * (a hangup: POLLRDHUP, POLLHUP, POLLERR): what the socket holds is
+ * received into memory of the connection's own, then the end or the
+ * error, so its reader sees them and a close gives back all it held. At
+ * most pause_bytes: past that it waits for a pool buffer as before. The
+ * backend unparks it when receiving is no longer wanted afterwards.
+ */
+void perch__loop_recv_own(struct perch__sock *s);
 /*
  * The connection failed outside its receive (the kernel refused what the
  * backend asked for it): receiving ends, and the conn fails with `err`

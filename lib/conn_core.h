@@ -125,9 +125,6 @@ static inline ck_fifo_spsc_entry_t *perch__fifo_recycle(ck_fifo_spsc_t *f)
 
 /* ---- received segments and the reader's queue (lib/conn_read.c) ---- */
 
-/* buf_id of a segment the connection allocated itself (a compacted tail): freed, not given back. */
-#define PERCH__SEG_OWN UINT32_MAX
-
 /* A segment goes back to its owner (the loop's pool, the in-memory pipe), or is freed if it is the conn's. */
 static inline void perch__seg_give_back(const struct perch__transport_ops *ops, struct perch_seg *seg)
 {

@@ -152,6 +152,13 @@ struct perch_conn *perch__conn_new(const struct perch__transport_ops *ops, void 
 
 /* ---- completion entry points: one producer (the loop thread) at a time ---- */
 
+/*
+ * buf_id of a segment allocated with its bytes in one malloc (a compacted
+ * tail, a receive of the loop's own while the pool is empty): the conn
+ * frees it, never gives it back to a transport.
+ */
+#define PERCH__SEG_OWN UINT32_MAX
+
 /* Queues a received segment; wakes a parked read. Returns 0, -ENOMEM or -EINVAL for an empty one (seg not taken). */
 int perch__conn_recv_arrived(struct perch_conn *c, struct perch_seg *seg);
 /* The peer sent FIN: the reader sees `completed` after every queued byte. */

@@ -8,8 +8,9 @@
 
 /*
  * Edge-triggered: a ready event is reported once, so no direction can turn
- * into a storm; EPOLLIN is held only while the connection reads, EPOLLOUT
- * only while a connect or a blocked send waits.
+ * into a storm; EPOLLIN is held only while the connection reads (EPOLLRDHUP
+ * also while it waits for a buffer), EPOLLOUT only while a connect or a
+ * blocked send waits.
  */
 static uint32_t interest(struct perch__sock *s)
 {
@@ -20,6 +21,8 @@ static uint32_t interest(struct perch__sock *s)
 		return ev | EPOLLOUT;
 	if (reading(s))
 		ev |= EPOLLIN | EPOLLRDHUP;
+	else if (s->parked && perch__loop_recv_wanted(s))
+		ev |= EPOLLRDHUP; /* waiting for a buffer, it still hears its peer hang up */
 	if (es_of(s)->flags & F_SEND_WAIT)
 		ev |= EPOLLOUT;
 	return ev;

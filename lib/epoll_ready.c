@@ -130,6 +130,14 @@ static void on_hangup(struct perch__sock *s, uint32_t ev)
 		perch__loop_recv_ended(s, 0);
 }
 
+/* Parked for a buffer, its peer hung up: it receives into memory of its own, and the end. */
+static void on_parked_hangup(struct ep *e, struct perch__sock *s)
+{
+	perch__loop_recv_own(s);
+	if (!perch__loop_recv_wanted(s))
+		perch__unpark(&e->parked, s);
+}
+
 void perch__epoll_on_conn_ready(struct ep *e, struct perch__sock *s, uint32_t ev)
 {
 	if (es_of(s)->flags & F_CONNECTING) {
@@ -137,7 +145,10 @@ void perch__epoll_on_conn_ready(struct ep *e, struct perch__sock *s, uint32_t ev
 	} else {
 		if ((es_of(s)->flags & F_SEND_WAIT) && (ev & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
 			on_writable(s);
-		if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+		if (s->parked) {
+			if (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+				on_parked_hangup(e, s);
+		} else if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
 			bool yielded = read_turn(e, s);
 			if (!yielded && (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
 				on_hangup(s, ev);

@@ -2,6 +2,9 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 
 #include "invariant.h"
 #include "loop_internal.h"
@@ -24,6 +27,14 @@ static bool locally_closed(const struct perch__sock *s)
 	return s->closing || perch_conn_is_closed(s->conn);
 }
 
+/* The conn could not queue a segment (out of memory): it fails, and receives no more. */
+static void arrival_failed(struct perch__sock *s)
+{
+	s->rx_ended = true;
+	s->loop->be->recv_pause(s);
+	perch__conn_failed(s->conn, -ENOMEM);
+}
+
 void perch__loop_received(struct perch__sock *s, struct perch__rxseg *rs)
 {
 	struct perch_loop *loop = s->loop;
@@ -38,9 +49,7 @@ void perch__loop_received(struct perch__sock *s, struct perch__rxseg *rs)
 	if (perch__conn_recv_arrived(s->conn, &rs->seg) != 0) {
 		s->unconsumed -= len;
 		loop->be->buf_release(loop, rs);
-		s->rx_ended = true;
-		loop->be->recv_pause(s);
-		perch__conn_failed(s->conn, -ENOMEM);
+		arrival_failed(s);
 		return;
 	}
 	/*
@@ -55,6 +64,59 @@ void perch__loop_received(struct perch__sock *s, struct perch__rxseg *rs)
 		loop->stats.recv_pauses++;
 		if (!s->closing)
 			loop->be->recv_pause(s);
+	}
+}
+
+/* What the socket holds (FIONREAD), at least 1 so that a read sees an end, at most `room`. */
+static size_t queued_bytes(int fd, size_t room)
+{
+	int queued = 0;
+	if (ioctl(fd, FIONREAD, &queued) != 0 || queued < 1)
+		queued = 1;
+	return (size_t)queued < room ? (size_t)queued : room;
+}
+
+/* One recv into a segment of its own: the segment, or NULL with *res 0 (the end) or -errno. */
+static struct perch_seg *recv_into_own(int fd, size_t want, int *res)
+{
+	struct perch_seg *own = malloc(sizeof(*own) + want);
+	if (!own) {
+		*res = -ENOMEM;
+		return NULL;
+	}
+	ssize_t n;
+	do
+		n = recv(fd, own + 1, want, MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0) {
+		*res = n == 0 ? 0 : -errno;
+		free(own);
+		return NULL;
+	}
+	*own = (struct perch_seg){ .data = (uint8_t *)(own + 1), .len = (uint32_t)n, .buf_id = PERCH__SEG_OWN };
+	return own;
+}
+
+void perch__loop_recv_own(struct perch__sock *s)
+{
+	size_t room = s->opts.pause_bytes;
+	while (room > 0 && perch__loop_recv_wanted(s) && !locally_closed(s)) {
+		int res = 0;
+		struct perch_seg *own = recv_into_own(s->fd, queued_bytes(s->fd, room), &res);
+		if (!own) {
+			if (res == -ENOMEM)
+				arrival_failed(s);
+			else if (res != -EAGAIN && res != -EWOULDBLOCK)
+				perch__loop_recv_ended(s, res); /* 0: the end, after every byte */
+			return;
+		}
+		room -= own->len;
+		s->loop->stats.own_receives++;
+		if (perch__conn_recv_arrived(s->conn, own) != 0) {
+			free(own);
+			arrival_failed(s);
+			return;
+		}
 	}
 }
 

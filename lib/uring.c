@@ -224,6 +224,9 @@ static void dispatch(struct perch_loop *loop, uint64_t ud, int res, uint32_t fla
 		us->flags &= ~F_CONNECT;
 		perch__loop_connected(s, res);
 		break;
+	case OP_HANGUP:
+		perch__uring_on_hangup(u, s, res);
+		break;
 	default: /* the cancels: their targets report for themselves */
 		break;
 	}

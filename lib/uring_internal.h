@@ -15,7 +15,7 @@
 #define SQE_RETRIES 16         /* submits a full SQ tries, each after emptying the CQ, before the ring is broken */
 
 /* user_data: op (8 bits) | generation (24 bits) | slot (32 bits). */
-enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL, OP_PAUSE_CANCEL };
+enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL, OP_PAUSE_CANCEL, OP_HANGUP };
 
 #define UD(op, s) (((uint64_t)(op) << 56) | ((uint64_t)((s)->gen & 0xffffff) << 32) | (s)->slot)
 #define UD_OP(ud) ((unsigned)((ud) >> 56))
@@ -29,6 +29,7 @@ enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL,
 #define F_ACCEPT      8u   /* a listener's multishot accept is in flight */
 #define F_SEND       16u   /* a send is in flight */
 #define F_CONNECT    32u   /* a connect is in flight */
+#define F_HANGUP     64u   /* a poll for the peer's end is in flight (armed while parked) */
 
 /* This backend's state for one socket, kept after the loop's (perch__sock_be). */
 struct usock {
@@ -156,5 +157,7 @@ void perch__uring_serve_parked(struct uring *u);
 /* A recv CQE (`last`: no F_MORE) and a listener's accept CQE. */
 void perch__uring_on_recv(struct uring *u, struct perch__sock *s, int res, uint32_t flags, bool last);
 void perch__uring_on_accept(struct perch__sock *s, int res, bool last);
+/* The poll for a parked socket's peer ending completed with `res` (its events, or -errno). */
+void perch__uring_on_hangup(struct uring *u, struct perch__sock *s, int res);
 
 #endif /* PERCH_LIB_URING_INTERNAL_H */

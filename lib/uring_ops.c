@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -36,6 +37,38 @@ void perch__uring_serve_parked(struct uring *u)
 		perch__uring_recv_arm(s);
 		budget--;
 	}
+}
+
+/*
+ * Parked with no recv in flight, a socket would not hear its peer hang up
+ * until a buffer came back (and a peer gone for good would pin the fd):
+ * a one-shot poll for the end (POLLRDHUP; POLLHUP and POLLERR come
+ * unasked) listens meanwhile. One at a time: it may outlive the park, and
+ * then finds nothing to do when it fires, or is canceled by the close.
+ */
+static void watch_for_hangup(struct uring *u, struct perch__sock *s)
+{
+	struct usock *us = us_of(s);
+	if (us->flags & F_HANGUP)
+		return;
+	struct io_uring_sqe *sqe = perch__uring_sqe_get(u);
+	if (!sqe)
+		return; /* the ring is broken: the poll reports it */
+	io_uring_prep_poll_add(sqe, s->fd, POLLRDHUP);
+	io_uring_sqe_set_data64(sqe, UD(OP_HANGUP, s));
+	us->flags |= F_HANGUP;
+	us->inflight++;
+}
+
+void perch__uring_on_hangup(struct uring *u, struct perch__sock *s, int res)
+{
+	us_of(s)->flags &= ~F_HANGUP;
+	if (res <= 0 || !s->parked || s->closing)
+		return; /* canceled, or no longer waiting: its recv hears the end */
+	PERCH_ASSERT(!(us_of(s)->flags & F_RECV)); /* parked: no recv of the kernel's races ours */
+	perch__loop_recv_own(s);
+	if (!perch__loop_recv_wanted(s))
+		perch__unpark(&u->parked, s);
 }
 
 void perch__uring_buf_release(struct perch_loop *loop, struct perch__rxseg *rs)
@@ -193,6 +226,7 @@ void perch__uring_close(struct perch__sock *s)
 {
 	static const struct { uint32_t flag; enum op op; } in_flight[] = {
 		{ F_RECV, OP_RECV }, { F_SEND, OP_SEND }, { F_CONNECT, OP_CONNECT }, { F_ACCEPT, OP_ACCEPT },
+		{ F_HANGUP, OP_HANGUP },
 	};
 	struct uring *u = st_of(s->loop);
 	uint32_t flags = us_of(s)->flags;
@@ -236,6 +270,7 @@ void perch__uring_on_recv(struct uring *u, struct perch__sock *s, int res, uint3
 		if (!s->closing && !s->parked) {
 			perch__park(&u->parked, s);
 			s->loop->stats.enobufs_parks++;
+			watch_for_hangup(u, s);
 			/*
 			 * The kernel found the ring empty: the busiest moment needs
 			 * more. Our count of free ones may not show it yet (buffers it

@@ -863,8 +863,8 @@ static void a_ring_that_grows_while_buffers_come_and_go_loses_nothing(void **sta
 	}
 }
 
-/* Reads until at least `n` bytes are shown (each shorter result examined whole); fills *r. */
-static void read_at_least(struct perch_conn *c, size_t n, struct perch_read_result *r)
+/* Reads until at least `n` bytes are shown or the stream ended or failed (each shorter result examined whole); fills *r. */
+static void read_until(struct perch_conn *c, size_t n, struct perch_read_result *r)
 {
 	for (;;) {
 		struct perch_vtask_handle h;
@@ -877,11 +877,23 @@ static void read_at_least(struct perch_conn *c, size_t n, struct perch_read_resu
 		if (rc == -EAGAIN)
 			continue;
 		assert_int_equal(rc, 0);
-		if (r->len >= n)
+		if (r->len >= n || r->completed || r->closed || r->error)
 			return;
-		assert_false(r->completed || r->closed || r->error); /* no more bytes will come */
 		assert_int_equal(perch_conn_advance(c, 0, r->len), 0);
 	}
+}
+
+/* Reads until at least `n` bytes are shown; fills *r. */
+static void read_at_least(struct perch_conn *c, size_t n, struct perch_read_result *r)
+{
+	read_until(c, n, r);
+	assert_true(r->len >= n); /* the stream did not end before them */
+}
+
+/* Reads on, consuming nothing, until the stream ends or fails; fills *r. */
+static void read_to_the_end(struct perch_conn *c, struct perch_read_result *r)
+{
+	read_until(c, SIZE_MAX, r);
 }
 
 /* Waits for the next bytes on c and consumes them; returns the buffer id of the first segment. */
@@ -1033,6 +1045,133 @@ static void a_close_with_nothing_in_flight_closes_the_fd_at_once(void **state)
 	assert_int_equal(perch_conn_close(k.c), 0);
 	assert_true(peer_ended_within(fd, LU_TIMEOUT_MS));
 	one_connection_end(&l, &k, fd);
+}
+
+/* ---- a connection waiting for a receive buffer still hears its peer ---- */
+
+/* The loop's counters (perch_loop.stats), copied on its thread. */
+typedef __typeof__(((struct perch_loop *)0)->stats) loop_stats_t;
+
+struct stats_copy {
+	struct perch_loop *loop;
+	loop_stats_t stats;
+};
+
+static void copy_stats(void *arg)
+{
+	struct stats_copy *c = arg;
+	c->stats = c->loop->stats;
+}
+
+static loop_stats_t loop_stats(struct lu_loop *l)
+{
+	struct stats_copy c = { .loop = l->loop };
+	assert_int_equal(lu_on_loop(l, copy_stats, &c), 0);
+	return c.stats;
+}
+
+/* A loop of POOL_BUFS receive buffers whose first connection holds them all: its reader reads nothing. */
+enum { POOL_BUFS = 4, POOL_BUF_SIZE = 4096 };
+
+struct hogged_pool {
+	struct lu_loop l;
+	struct lu_catcher k;
+	struct perch_listener *ls;
+	int hog_fd;
+	struct perch_conn *hog;
+};
+
+static void hog_the_pool(struct hogged_pool *h)
+{
+	struct perch_loop_opts o = { .buf_count = POOL_BUFS, .buf_size = POOL_BUF_SIZE };
+	h->k = (struct lu_catcher){ .c = NULL };
+	sem_init(&h->k.got, 0, 0);
+	assert_int_equal(lu_start(&h->l, &o), 0);
+	assert_int_equal(test_listen(h->l.loop, NULL, lu_catch_accept, &h->k, &h->ls), 0);
+	h->hog_fd = lu_plain_connect_to(h->ls);
+	assert_true(h->hog_fd >= 0);
+	assert_int_equal(lu_sem_wait(&h->k.got, LU_TIMEOUT_MS), 0);
+	h->hog = h->k.c;
+	static uint8_t more_than_the_pool[2 * POOL_BUFS * POOL_BUF_SIZE];
+	assert_true(lu_write_all(h->hog_fd, more_than_the_pool, sizeof(more_than_the_pool)));
+	double t0 = mono_ms();
+	while (loop_stats(&h->l).enobufs_parks == 0 && mono_ms() - t0 < LU_TIMEOUT_MS)
+		usleep(1000);
+	assert_true(loop_stats(&h->l).enobufs_parks > 0); /* every buffer is the hog's: it waits for more itself */
+}
+
+/* A second client of the hogged loop; its accepted connection in *c. */
+static int hogged_pool_connect(struct hogged_pool *h, struct perch_conn **c)
+{
+	int fd = lu_plain_connect_to(h->ls);
+	assert_true(fd >= 0);
+	assert_int_equal(lu_sem_wait(&h->k.got, LU_TIMEOUT_MS), 0);
+	*c = h->k.c;
+	return fd;
+}
+
+static void hogged_pool_end(struct hogged_pool *h)
+{
+	perch_conn_release(h->hog);
+	close(h->hog_fd);
+	assert_int_equal(lu_stop(&h->l), 0);
+	sem_destroy(&h->k.got);
+}
+
+/*
+ * Every receive buffer is held by a connection whose reader reads
+ * nothing. Another connection's peer sends the start of a request and
+ * hangs up: waiting for a buffer, the connection still hears it (a poll
+ * for the end on io_uring, EPOLLRDHUP on epoll), receives the bytes into
+ * memory of its own and then the end, and its close gives the fd back.
+ */
+static void a_connection_waiting_for_a_receive_buffer_still_hears_its_peer_end(void **state)
+{
+	struct hogged_pool h;
+	hog_the_pool(&h);
+	struct perch_conn *c;
+	int fd = hogged_pool_connect(&h, &c);
+	assert_true(lu_write_all(fd, (const uint8_t *)"GET / HT", 8));
+	assert_int_equal(shutdown(fd, SHUT_WR), 0);
+	struct perch_read_result r;
+	char got[16];
+	read_to_the_end(c, &r);
+	assert_true(r.completed);
+	assert_int_equal(gather(&r, got, sizeof(got)), 8);
+	assert_memory_equal(got, "GET / HT", 8);
+	assert_int_equal(r.first->buf_id, OWN_SEGMENT);
+	assert_int_equal(perch_conn_advance(c, r.len, r.len), 0);
+	assert_true(loop_stats(&h.l).own_receives > 0);
+	assert_int_equal(perch_conn_close(c), 0);
+	perch_conn_release(c);
+	assert_true(peer_ended_within(fd, LU_TIMEOUT_MS)); /* its fd closed: our end reads the end */
+	close(fd);
+	hogged_pool_end(&h);
+}
+
+/* As above, but the peer resets: the waiting connection's reader sees the reset. TCP only. */
+static void a_connection_waiting_for_a_receive_buffer_still_hears_its_peer_reset(void **state)
+{
+	struct hogged_pool h;
+	hog_the_pool(&h);
+	int fds = lu_count_fds();
+	struct perch_conn *c;
+	int fd = hogged_pool_connect(&h, &c);
+	assert_true(lu_write_all(fd, (const uint8_t *)"GET / HT", 8));
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+	close(fd); /* a reset */
+	struct perch_read_result r;
+	read_to_the_end(c, &r);
+	assert_int_equal(r.error, -ECONNRESET); /* the bytes before it may be read or dropped */
+	assert_int_equal(perch_conn_advance(c, r.len, r.len), 0);
+	assert_int_equal(perch_conn_close(c), 0);
+	perch_conn_release(c);
+	double t0 = mono_ms();
+	while (lu_count_fds() != fds && mono_ms() - t0 < LU_TIMEOUT_MS)
+		usleep(1000);
+	assert_int_equal(lu_count_fds(), fds); /* the server's end is closed too */
+	hogged_pool_end(&h);
 }
 
 /* Whether a plain connect to `a` (TCP or Unix) is refused: nothing listens there. */
@@ -2146,25 +2285,6 @@ static void count_accept(struct perch_listener *l, struct perch_conn *c, void *a
 	perch__store_u32(&a->n, i + 1);
 }
 
-struct accept_stats {
-	struct perch_loop *loop;
-	uint64_t errors, pauses;
-};
-
-static void read_accept_stats(void *arg)
-{
-	struct accept_stats *st = arg;
-	st->errors = st->loop->stats.accept_errors;
-	st->pauses = st->loop->stats.accept_pauses;
-}
-
-static struct accept_stats accept_stats_of(struct lu_loop *l)
-{
-	struct accept_stats st = { .loop = l->loop };
-	assert_int_equal(lu_on_loop(l, read_accept_stats, &st), 0);
-	return st;
-}
-
 /* The test lowers RLIMIT_NOFILE; whatever happens, the next test gets it back. */
 static struct rlimit saved_nofile;
 
@@ -2193,8 +2313,8 @@ static void leave_fds_free(int free)
  */
 static void settle(struct lu_loop *l)
 {
-	accept_stats_of(l);
-	accept_stats_of(l);
+	loop_stats(l);
+	loop_stats(l);
 }
 
 struct pin {
@@ -2219,14 +2339,14 @@ static void no_retry(struct lu_loop *l)
 	assert_true(p.pinned);
 }
 
-static struct accept_stats wait_for_a_pause(struct lu_loop *l)
+static loop_stats_t wait_for_a_pause(struct lu_loop *l)
 {
-	struct accept_stats st = accept_stats_of(l);
-	for (int i = 0; i < LU_TIMEOUT_MS && st.pauses == 0; i++) {
+	loop_stats_t st = loop_stats(l);
+	for (int i = 0; i < LU_TIMEOUT_MS && st.accept_pauses == 0; i++) {
 		usleep(1000);
-		st = accept_stats_of(l);
+		st = loop_stats(l);
 	}
-	assert_true(st.pauses >= 1);
+	assert_true(st.accept_pauses >= 1);
 	return st;
 }
 
@@ -2256,11 +2376,11 @@ static void accepting_pauses_when_fds_run_out_and_resumes_when_one_is_freed(void
 	assert_int_equal(test_listen(l.loop, NULL, count_accept, &a, &ls), 0);
 	for (int i = 0; i < CLIENTS; i++)
 		assert_int_equal(lu_connect_fd(fds[i], perch_listener_port(ls)), 0); /* the backlog takes them */
-	struct accept_stats st = wait_for_a_pause(&l);
+	loop_stats_t st = wait_for_a_pause(&l);
 	/* Paused, not spinning: in 300 ms a retry per 100 ms, 3 or 4 (a spin makes thousands). */
 	usleep(300 * 1000);
-	struct accept_stats later = accept_stats_of(&l);
-	assert_in_range(later.errors - st.errors, 0, 10);
+	loop_stats_t later = loop_stats(&l);
+	assert_in_range(later.accept_errors - st.accept_errors, 0, 10);
 	assert_int_equal(perch__load_u32(&a.n), 0);
 	/* A socket of the loop closes: its fd is free, and one waiting client gets it (no retry timer). */
 	no_retry(&l);
@@ -2481,6 +2601,7 @@ int main(void)
 		cmocka_unit_test(a_quiet_connection_reuses_a_few_warm_buffers_not_the_whole_ring),
 		cmocka_unit_test(a_waiting_short_tail_leaves_its_receive_buffer_and_reads_on_whole),
 		cmocka_unit_test(a_close_with_nothing_in_flight_closes_the_fd_at_once),
+		cmocka_unit_test(a_connection_waiting_for_a_receive_buffer_still_hears_its_peer_end),
 		cmocka_unit_test(a_closed_listener_stops_listening_without_the_loops_free),
 		cmocka_unit_test(a_burst_holding_more_buffers_than_the_ring_has_grows_it),
 		cmocka_unit_test(a_ring_grown_by_a_burst_shrinks_back_once_quiet),
@@ -2504,6 +2625,7 @@ int main(void)
 		cmocka_unit_test(exhausted_buffer_ring_still_serves_every_connection),
 		cmocka_unit_test(a_ring_that_grows_while_buffers_come_and_go_loses_nothing),
 		cmocka_unit_test(echo_over_ipv6),
+		cmocka_unit_test(a_connection_waiting_for_a_receive_buffer_still_hears_its_peer_reset),
 		cmocka_unit_test(write_of_1mib_then_rst_surfaces_the_error_after_the_delivered_bytes),
 		cmocka_unit_test(a_reset_waiting_behind_a_parked_recv_still_surfaces_after_the_bytes),
 		cmocka_unit_test(posts_from_two_threads_run_once_each_in_posting_order),
