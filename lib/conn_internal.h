@@ -159,6 +159,13 @@ struct perch_conn *perch__conn_new(const struct perch__transport_ops *ops, void 
  */
 #define PERCH__SEG_OWN UINT32_MAX
 
+/*
+ * buf_id of a loop's receive into malloc'd memory (the pool was empty:
+ * perch__loop_recv_own): released through the loop like a pool buffer, so
+ * its bytes count against the connection's pause, and freed there.
+ */
+#define PERCH__SEG_HEAP (UINT32_MAX - 1)
+
 /* Queues a received segment; wakes a parked read. Returns 0, -ENOMEM or -EINVAL for an empty one (seg not taken). */
 int perch__conn_recv_arrived(struct perch_conn *c, struct perch_seg *seg);
 /* The peer sent FIN: the reader sees `completed` after every queued byte. */

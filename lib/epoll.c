@@ -221,13 +221,10 @@ static void epoll_recv_arm(struct perch__sock *s)
 	struct ep *e = ep_of(s->loop);
 	if (s->closing)
 		return;
-	if (s->parked) {
-		/* Parked, and (say) resumed from a pause: a free buffer that no one took is its to try. */
-		if (e->nfree == 0)
-			return;
+	/* Parked, and (say) resumed from a pause: a free buffer that no one took is its to try. */
+	if (s->parked && e->nfree > 0)
 		perch__unpark(&e->parked, s);
-	}
-	perch__epoll_update_interest(e, s);
+	perch__epoll_update_interest(e, s); /* still parked: EPOLLRDHUP back, the end heard again */
 }
 
 /* Paused or ended: EPOLLIN goes (a stalled consumer costs no events); resuming re-polls. */

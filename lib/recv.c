@@ -27,6 +27,15 @@ static bool locally_closed(const struct perch__sock *s)
 	return s->closing || perch_conn_is_closed(s->conn);
 }
 
+/* A segment goes back: a pool buffer to its backend, a heap one (perch__loop_recv_own's) freed. */
+static void give_back(struct perch_loop *loop, struct perch__rxseg *rs)
+{
+	if (rs->seg.buf_id == PERCH__SEG_HEAP)
+		free(rs);
+	else
+		loop->be->buf_release(loop, rs);
+}
+
 /* The conn could not queue a segment (out of memory): it fails, and receives no more. */
 static void arrival_failed(struct perch__sock *s)
 {
@@ -40,7 +49,7 @@ void perch__loop_received(struct perch__sock *s, struct perch__rxseg *rs)
 	struct perch_loop *loop = s->loop;
 	uint32_t len = rs->seg.len;
 	if (locally_closed(s)) {
-		loop->be->buf_release(loop, rs);
+		give_back(loop, rs);
 		return;
 	}
 	rs->slot = s->slot;
@@ -48,7 +57,7 @@ void perch__loop_received(struct perch__sock *s, struct perch__rxseg *rs)
 	s->unconsumed += len;
 	if (perch__conn_recv_arrived(s->conn, &rs->seg) != 0) {
 		s->unconsumed -= len;
-		loop->be->buf_release(loop, rs);
+		give_back(loop, rs);
 		arrival_failed(s);
 		return;
 	}
@@ -76,47 +85,44 @@ static size_t queued_bytes(int fd, size_t room)
 	return (size_t)queued < room ? (size_t)queued : room;
 }
 
-/* One recv into a segment of its own: the segment, or NULL with *res 0 (the end) or -errno. */
-static struct perch_seg *recv_into_own(int fd, size_t want, int *res)
+/* One recv into a heap segment: the segment, or NULL with *res 0 (the end) or -errno. */
+static struct perch__rxseg *recv_into_heap(struct perch__sock *s, size_t want, int *res)
 {
-	struct perch_seg *own = malloc(sizeof(*own) + want);
-	if (!own) {
+	struct perch__rxseg *rs = malloc(sizeof(*rs) + want);
+	if (!rs) {
 		*res = -ENOMEM;
 		return NULL;
 	}
 	ssize_t n;
 	do
-		n = recv(fd, own + 1, want, MSG_DONTWAIT);
+		n = recv(s->fd, rs + 1, want, MSG_DONTWAIT);
 	while (n < 0 && errno == EINTR);
 	if (n <= 0) {
 		*res = n == 0 ? 0 : -errno;
-		free(own);
+		free(rs);
 		return NULL;
 	}
-	*own = (struct perch_seg){ .data = (uint8_t *)(own + 1), .len = (uint32_t)n, .buf_id = PERCH__SEG_OWN };
-	return own;
+	rs->seg = (struct perch_seg){ .data = (uint8_t *)(rs + 1), .len = (uint32_t)n, .buf_id = PERCH__SEG_HEAP,
+				      .owner = s->loop };
+	return rs;
 }
 
 void perch__loop_recv_own(struct perch__sock *s)
 {
-	size_t room = s->opts.pause_bytes;
-	while (room > 0 && perch__loop_recv_wanted(s) && !locally_closed(s)) {
+	/* Parked: no recv of the backend's is armed (once unparked, one may be, and it reads the rest). */
+	while (s->parked && perch__loop_recv_wanted(s) && !locally_closed(s)) {
+		PERCH_ASSERT(s->unconsumed < s->opts.pause_bytes); /* not paused */
 		int res = 0;
-		struct perch_seg *own = recv_into_own(s->fd, queued_bytes(s->fd, room), &res);
-		if (!own) {
+		struct perch__rxseg *rs = recv_into_heap(s, queued_bytes(s->fd, s->opts.pause_bytes - s->unconsumed), &res);
+		if (!rs) {
 			if (res == -ENOMEM)
 				arrival_failed(s);
 			else if (res != -EAGAIN && res != -EWOULDBLOCK)
 				perch__loop_recv_ended(s, res); /* 0: the end, after every byte */
 			return;
 		}
-		room -= own->len;
 		s->loop->stats.own_receives++;
-		if (perch__conn_recv_arrived(s->conn, own) != 0) {
-			free(own);
-			arrival_failed(s);
-			return;
-		}
+		perch__loop_received(s, rs); /* counted, and paused at the threshold like any receive */
 	}
 }
 
@@ -154,7 +160,7 @@ static void release_now(struct perch_loop *loop, struct perch__rxseg *rs)
 {
 	struct perch__sock *s = perch__table_lookup(loop, rs->slot, rs->gen);
 	uint32_t len = rs->seg.len;
-	loop->be->buf_release(loop, rs);
+	give_back(loop, rs);
 	if (s && s->kind == PERCH__SOCK_CONN) {
 		PERCH_ASSERT(s->unconsumed >= len); /* every released byte was counted when delivered */
 		s->unconsumed -= len;

@@ -114,8 +114,10 @@ void perch__uring_recv_arm(struct perch__sock *s)
 		 * one took is its to try. None free means none spare either:
 		 * perch__uring_serve_parked grows the ring before it leaves anyone parked.
 		 */
-		if (u->ring_free == 0)
+		if (u->ring_free == 0) {
+			watch_for_hangup(u, s); /* resumed while parked: it listens for the end again */
 			return;
+		}
 	}
 	struct io_uring_sqe *sqe = perch__uring_sqe_get(u);
 	if (!sqe)

@@ -980,8 +980,9 @@ static size_t gather(const struct perch_read_result *r, char *out, size_t cap)
 	return n;
 }
 
-/* buf_id of a segment the connection allocated for a compacted tail (lib/conn_core.h). */
+/* buf_id of a segment the connection allocated for a compacted tail, and of one the loop received into its own memory (lib/conn_internal.h). */
 #define OWN_SEGMENT UINT32_MAX
+#define HEAP_SEGMENT (UINT32_MAX - 1)
 
 /*
  * A reader that examined all it was shown waits for more: the short tail
@@ -1081,13 +1082,14 @@ struct hogged_pool {
 	struct perch_conn *hog;
 };
 
-static void hog_the_pool(struct hogged_pool *h)
+/* copts: every accepted connection's (the hog's pause must be above the pool, or it pauses instead of waiting). */
+static void hog_the_pool(struct hogged_pool *h, const struct perch_conn_opts *copts)
 {
 	struct perch_loop_opts o = { .buf_count = POOL_BUFS, .buf_size = POOL_BUF_SIZE };
 	h->k = (struct lu_catcher){ .c = NULL };
 	sem_init(&h->k.got, 0, 0);
 	assert_int_equal(lu_start(&h->l, &o), 0);
-	assert_int_equal(test_listen(h->l.loop, NULL, lu_catch_accept, &h->k, &h->ls), 0);
+	assert_int_equal(test_listen(h->l.loop, copts, lu_catch_accept, &h->k, &h->ls), 0);
 	h->hog_fd = lu_plain_connect_to(h->ls);
 	assert_true(h->hog_fd >= 0);
 	assert_int_equal(lu_sem_wait(&h->k.got, LU_TIMEOUT_MS), 0);
@@ -1128,7 +1130,7 @@ static void hogged_pool_end(struct hogged_pool *h)
 static void a_connection_waiting_for_a_receive_buffer_still_hears_its_peer_end(void **state)
 {
 	struct hogged_pool h;
-	hog_the_pool(&h);
+	hog_the_pool(&h, NULL);
 	struct perch_conn *c;
 	int fd = hogged_pool_connect(&h, &c);
 	assert_true(lu_write_all(fd, (const uint8_t *)"GET / HT", 8));
@@ -1139,7 +1141,7 @@ static void a_connection_waiting_for_a_receive_buffer_still_hears_its_peer_end(v
 	assert_true(r.completed);
 	assert_int_equal(gather(&r, got, sizeof(got)), 8);
 	assert_memory_equal(got, "GET / HT", 8);
-	assert_int_equal(r.first->buf_id, OWN_SEGMENT);
+	assert_true(r.first->buf_id >= HEAP_SEGMENT); /* the loop's own memory, or the conn's copy of it */
 	assert_int_equal(perch_conn_advance(c, r.len, r.len), 0);
 	assert_true(loop_stats(&h.l).own_receives > 0);
 	assert_int_equal(perch_conn_close(c), 0);
@@ -1149,11 +1151,52 @@ static void a_connection_waiting_for_a_receive_buffer_still_hears_its_peer_end(v
 	hogged_pool_end(&h);
 }
 
+/*
+ * The peer sends several times the connection's pause_bytes and hangs up
+ * while every pool buffer is held: the connection receives into its own
+ * memory up to the pause, waits for its reader to consume, then receives
+ * the next part (parked again, it hears the end again), until the end.
+ */
+static void a_connection_waiting_for_a_buffer_receives_more_than_its_pause_part_by_part(void **state)
+{
+	enum { PAUSE = 8 * POOL_BUF_SIZE, SENT = 3 * PAUSE + 1000 };
+	struct perch_conn_opts copts = { .pause_bytes = PAUSE };
+	struct hogged_pool h;
+	hog_the_pool(&h, &copts);
+	struct perch_conn *c;
+	int fd = hogged_pool_connect(&h, &c);
+	uint8_t *sent = malloc(SENT), *got = malloc(SENT);
+	lu_fill(sent, SENT);
+	assert_true(lu_write_all(fd, sent, SENT));
+	assert_int_equal(shutdown(fd, SHUT_WR), 0);
+	size_t n = 0;
+	struct perch_read_result r = { 0 };
+	while (!r.completed) {
+		read_until(c, 1, &r); /* each part consumed whole: r holds only new bytes */
+		assert_false(r.error || r.closed);
+		assert_true(r.len <= SENT - n);
+		assert_int_equal(gather(&r, (char *)got + n, SENT - n), r.len);
+		n += r.len;
+		assert_int_equal(perch_conn_advance(c, r.len, r.len), 0);
+		r.len = 0;
+		if (n == SENT && !r.completed)
+			read_to_the_end(c, &r);
+	}
+	assert_int_equal(n, SENT);
+	assert_memory_equal(got, sent, SENT);
+	assert_true(loop_stats(&h.l).own_receives >= 4); /* at least one receive a part */
+	perch_conn_release(c);
+	close(fd);
+	free(sent);
+	free(got);
+	hogged_pool_end(&h);
+}
+
 /* As above, but the peer resets: the waiting connection's reader sees the reset. TCP only. */
 static void a_connection_waiting_for_a_receive_buffer_still_hears_its_peer_reset(void **state)
 {
 	struct hogged_pool h;
-	hog_the_pool(&h);
+	hog_the_pool(&h, NULL);
 	int fds = lu_count_fds();
 	struct perch_conn *c;
 	int fd = hogged_pool_connect(&h, &c);
@@ -2602,6 +2645,7 @@ int main(void)
 		cmocka_unit_test(a_waiting_short_tail_leaves_its_receive_buffer_and_reads_on_whole),
 		cmocka_unit_test(a_close_with_nothing_in_flight_closes_the_fd_at_once),
 		cmocka_unit_test(a_connection_waiting_for_a_receive_buffer_still_hears_its_peer_end),
+		cmocka_unit_test(a_connection_waiting_for_a_buffer_receives_more_than_its_pause_part_by_part),
 		cmocka_unit_test(a_closed_listener_stops_listening_without_the_loops_free),
 		cmocka_unit_test(a_burst_holding_more_buffers_than_the_ring_has_grows_it),
 		cmocka_unit_test(a_ring_grown_by_a_burst_shrinks_back_once_quiet),
