@@ -157,6 +157,7 @@ PERCH_API int perch_pipe_get_buffer(struct perch_pipe_writer *w, size_t size_hin
 PERCH_API int perch_pipe_advance(struct perch_pipe_writer *w, size_t n);
 
 /* Copies `len` bytes in (get_buffer + advance). Returns as perch_pipe_get_buffer. */
+PERCH_API int perch_pipe_write(struct perch_pipe_writer *w, const void *data, size_t len);
 
 /* A writer's high-water mark until perch_pipe_writer_set_high_water: 64 KiB. */
 #define PERCH_PIPE_HIGH_WATER_DEFAULT (64u * 1024)
@@ -180,7 +181,6 @@ PERCH_API int perch_pipe_writer_set_high_water(struct perch_pipe_writer *w, size
 
 /* Whether the staged bytes reached the high-water mark: stop answering and flush. false for NULL. */
 PERCH_API bool perch_pipe_writer_above_high_water(const struct perch_pipe_writer *w);
-PERCH_API int perch_pipe_write(struct perch_pipe_writer *w, const void *data, size_t len);
 
 /*
  * Advances `r` as perch_pipe_advance_to(r, consumed, examined) and writes
