@@ -8,6 +8,7 @@
 #include <perch/loop.h>
 #include <perch/sock.h>
 #include <perch/pipe.h>
+#include <perch/segs.h>
 #include <perch/timer.h>
 
 #endif /* PERCH_H */

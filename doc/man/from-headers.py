@@ -14,7 +14,7 @@ import os
 import re
 import sys
 
-HEADERS = ["vtask", "conn", "loop", "sock", "pipe", "timer"]
+HEADERS = ["vtask", "conn", "loop", "sock", "pipe", "segs", "timer"]
 
 
 def roff_text(line):

@@ -7,47 +7,6 @@
 /* A buffer that grew for one large message is given back once it is done: idle connections stay small. */
 #define FRAME_BUF_KEEP (64u << 10)
 
-/* A position in a read result: segment, offset in it, and offset from the result's start. */
-struct cursor {
-	const struct perch_seg *seg;
-	size_t off, at, len;
-};
-
-/* Skips to the next segment when this one is used up (empty segments included). */
-static void cursor_settle(struct cursor *c)
-{
-	while (c->seg && c->off >= c->seg->len && c->at < c->len) {
-		c->seg = c->seg->next;
-		c->off = 0;
-	}
-}
-
-/* Moves forward to result offset `pos` (never back). */
-static void cursor_seek(struct cursor *c, size_t pos)
-{
-	while (c->at < pos) {
-		cursor_settle(c);
-		size_t step = c->seg->len - c->off;
-		if (step > pos - c->at)
-			step = pos - c->at;
-		c->off += step;
-		c->at += step;
-	}
-	cursor_settle(c);
-}
-
-/* The contiguous bytes at the cursor, up to the end of their segment or of the result. */
-static size_t cursor_run(const struct cursor *c, const char **p)
-{
-	if (c->at >= c->len)
-		return 0;
-	size_t n = c->seg->len - c->off;
-	if (n > c->len - c->at)
-		n = c->len - c->at;
-	*p = (const char *)c->seg->data + c->off;
-	return n;
-}
-
 static bool buf_append(struct frame_buf *b, const char *p, size_t n)
 {
 	if (b->cap - b->len < n) {
@@ -66,16 +25,14 @@ static bool buf_append(struct frame_buf *b, const char *p, size_t n)
 }
 
 /* Copies the rest of the result, from the cursor, into acc. */
-static bool buf_append_rest(struct frame_buf *b, struct cursor c)
+static bool buf_append_rest(struct frame_buf *b, struct perch_cursor c)
 {
-	const char *p;
+	const uint8_t *p;
 	size_t n;
-	while ((n = cursor_run(&c, &p)) != 0) {
-		if (!buf_append(b, p, n))
+	while ((n = perch_cursor_run(&c, &p)) != 0) {
+		if (!buf_append(b, (const char *)p, n))
 			return false;
-		c.off += n;
-		c.at += n;
-		cursor_settle(&c);
+		perch_cursor_advance(&c, n);
 	}
 	return true;
 }
@@ -120,7 +77,7 @@ static ssize_t parse_acc(struct frame_buf *acc, ssize_t *base, frame_fn fn, void
  * acc's byte 0) and parses the copy. Returns as parse_acc; every byte of the
  * result is then consumed or copied.
  */
-static ssize_t copy_and_parse(struct frame_buf *acc, struct cursor c, ssize_t base, frame_fn fn,
+static ssize_t copy_and_parse(struct frame_buf *acc, struct perch_cursor c, ssize_t base, frame_fn fn,
 			      void *arg, bool *stop)
 {
 	if (!buf_append_rest(acc, c)) {
@@ -133,11 +90,11 @@ static ssize_t copy_and_parse(struct frame_buf *acc, struct cursor c, ssize_t ba
 size_t frames_each(struct frame_buf *acc, const struct perch_read_result *r, frame_fn fn, void *arg,
 		   enum frames_end *end)
 {
-	struct cursor c = { r->first, r->first_off, 0, r->len };
+	struct perch_cursor c;
 	size_t pos = 0;
 	bool stop = false;
 	*end = FRAMES_ALL;
-	cursor_settle(&c);
+	perch_cursor_init(&c, r);
 	if (acc->len) {
 		/* A message begun in an earlier read: everything new goes after it. */
 		ssize_t at = copy_and_parse(acc, c, -(ssize_t)acc->len, fn, arg, &stop);
@@ -146,10 +103,10 @@ size_t frames_each(struct frame_buf *acc, const struct perch_read_result *r, fra
 		pos = (size_t)at;
 	}
 	while (pos < r->len) {
-		const char *p = NULL;
-		cursor_seek(&c, pos);
-		size_t n = cursor_run(&c, &p);
-		ssize_t m = fn(arg, p, n);
+		const uint8_t *p = NULL;
+		perch_cursor_advance(&c, pos - perch_cursor_pos(&c));
+		size_t n = perch_cursor_run(&c, &p);
+		ssize_t m = fn(arg, (const char *)p, n);
 		if (m > 0) {
 			pos += (size_t)m;
 			continue;
@@ -162,7 +119,7 @@ size_t frames_each(struct frame_buf *acc, const struct perch_read_result *r, fra
 			*end = FRAMES_STOPPED;
 			break;
 		}
-		if (c.at + n == r->len)
+		if (pos + n == r->len)
 			break; /* the partial message ends the result: it waits in its segment */
 		/* It spans segments: copy it and the rest of the result, parse the copy. */
 		ssize_t at = copy_and_parse(acc, c, (ssize_t)pos, fn, arg, &stop);

@@ -27,33 +27,20 @@ static void end(struct session *s)
 }
 
 /*
- * Copies the line that starts `off` bytes into the result into s->line,
- * walking the segments (a line may span two). Returns its length with the
- * newline, 0 when it is not complete yet, -1 when it is too long.
+ * Copies the line that starts `off` bytes into the result into s->line (a
+ * line may span segments). Returns its length with the newline, 0 when it
+ * is not complete yet, -1 when it is too long.
  */
 static long take_line(struct session *s, const struct perch_read_result *res, size_t off)
 {
-	size_t n = 0, start = res->first_off, left = res->len;
-	for (const struct perch_seg *seg = res->first; seg && left > 0; seg = seg->next, start = 0) {
-		size_t avail = seg->len - start < left ? seg->len - start : left;
-		left -= avail;
-		const uint8_t *p = seg->data + start;
-		if (off >= avail) {
-			off -= avail;
-			continue;
-		}
-		p += off;
-		avail -= off;
-		off = 0;
-		for (size_t i = 0; i < avail; i++) {
-			if (n == LINES_MAX)
-				return -1;
-			s->line[n++] = (char)p[i];
-			if (p[i] == '\n')
-				return (long)n;
-		}
-	}
-	return 0;
+	size_t nl = perch_segs_find(res, off, "\n", 1);
+	if (nl == PERCH_SEGS_NOT_FOUND)
+		return res->len - off > LINES_MAX ? -1 : 0;
+	size_t n = nl - off + 1;
+	if (n > LINES_MAX)
+		return -1;
+	perch_segs_copy(res, off, s->line, n);
+	return (long)n;
 }
 
 static void reply(struct session *s, const char *text, size_t len)
