@@ -140,6 +140,23 @@ int perch_pipe_read(struct perch_pipe_reader *r, struct perch_read_result *out,
 	return rc;
 }
 
+int perch_pipe_read_or_wait(struct perch_pipe_reader *r, struct perch_read_result *out,
+			    perch_vtask_fn on_ready, void *arg)
+{
+	if (!on_ready)
+		return -EINVAL;
+	for (;;) {
+		struct perch_vtask_handle h;
+		int rc = perch_pipe_read(r, out, &h);
+		if (rc != PERCH_PENDING)
+			return rc;
+		rc = perch_vtask_on_complete(h, on_ready, arg);
+		if (rc != 0)
+			return rc; /* PERCH_PENDING: on_ready carries on */
+		/* Ready while registering: on_ready will not run; read again here, in this loop. */
+	}
+}
+
 int perch_pipe_try_read(struct perch_pipe_reader *r, struct perch_read_result *out)
 {
 	if (!r || !out || reader_completed(r))

@@ -275,6 +275,23 @@ int perch_pipe_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *tas
 	return flush_gated(w, task);
 }
 
+int perch_pipe_flush_or_wait(struct perch_pipe_writer *w, perch_vtask_fn on_flushed, void *arg)
+{
+	if (!on_flushed)
+		return -EINVAL;
+	struct perch_vtask_handle h;
+	int rc = perch_pipe_flush(w, &h);
+	if (rc != PERCH_PENDING)
+		return rc;
+	rc = perch_vtask_on_complete(h, on_flushed, arg);
+	if (rc != 0)
+		return rc; /* PERCH_PENDING: on_flushed carries on */
+	/* Completed while registering: on_flushed will not run; its result is the answer. */
+	int64_t result = -EIO;
+	perch_vtask_result(h, &result);
+	return (int)result;
+}
+
 int perch_pipe_cancel_pending_flush(struct perch_pipe_writer *w)
 {
 	if (!w)

@@ -592,3 +592,85 @@ const struct race_def race_pipe_second_flush_vs_send_done = {
 	.branch_names = { "the second refused (the first still waited)", "the second parked after the first" },
 	.window_branch = 2,
 };
+
+/* ---- one call to read or wait: the continuation runs once, never inside the call ---- */
+
+static uint32_t read_or_wait_runs;
+static int read_or_wait_by;
+static uint32_t read_or_wait_in_call; /* the reader is inside perch_pipe_read_or_wait */
+static uint32_t read_or_wait_ran_in_call;
+static uint32_t parked_token_before;
+
+static void read_or_wait_ready(void *arg, int64_t result)
+{
+	perch__faa_u32(&read_or_wait_runs, 1);
+	read_or_wait_by = race_current_actor();
+	if (read_or_wait_by == 0 && perch__load_u32(&read_or_wait_in_call))
+		perch__store_u32(&read_or_wait_ran_in_call, 1);
+}
+
+static void setup_read_or_wait(void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	setup_conn_adapters(p, round);
+	perch__store_u32(&read_or_wait_runs, 0);
+	perch__store_u32(&read_or_wait_ran_in_call, 0);
+	read_or_wait_by = -1;
+	parked_token_before = s->r->parked_token;
+}
+
+static void read_or_wait(void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	perch__store_u32(&read_or_wait_in_call, 1);
+	s->rc = perch_pipe_read_or_wait(s->r, &s->res, read_or_wait_ready, s);
+	perch__store_u32(&read_or_wait_in_call, 0);
+}
+
+/*
+ * 0 with the byte and no continuation, or PENDING and the continuation
+ * run once by the bytes' side, after which a read has the byte. A 0 from
+ * a read that parked first (its token moved) is the window: the bytes
+ * came while the continuation was being registered, and the call read
+ * again itself.
+ */
+static bool judge_read_or_wait_vs_bytes(struct race *r, void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	uint32_t runs = perch__load_u32(&read_or_wait_runs);
+	bool ok = true;
+	if (perch__load_u32(&read_or_wait_ran_in_call)) {
+		race_fail(r, round, "the continuation ran inside the call that registered it");
+		ok = false;
+	} else if (s->rc == 0) {
+		ok = s->res.len == 1 && runs == 0;
+		if (!ok)
+			race_fail(r, round, "returned 0 with %zu bytes, the continuation ran %u times", s->res.len, runs);
+		else
+			race_branch(r, s->r->parked_token != parked_token_before ? 1 : 0);
+	} else if (s->rc == PERCH_PENDING) {
+		struct perch_read_result res;
+		ok = runs == 1 && read_or_wait_by == 1 && perch_pipe_try_read(s->r, &res) == 0 && res.len == 1;
+		if (!ok)
+			race_fail(r, round, "waited: the continuation ran %u times (by actor %d)", runs, read_or_wait_by);
+		else
+			race_branch(r, 2);
+	} else {
+		race_fail(r, round, "returned %d", s->rc);
+		ok = false;
+	}
+	if (ok)
+		perch_pipe_advance_to(s->r, 1, 1);
+	end_round(s, ok);
+	return ok;
+}
+
+const struct race_def race_pipe_read_or_wait_vs_bytes = {
+	.name = "pipes: read_or_wait races its bytes; the continuation runs once, never inside the call",
+	.actors = 2, .exhaustive = true, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_read_or_wait,
+	.actor = { read_or_wait, bytes_arrive }, .judge = judge_read_or_wait_vs_bytes,
+	.branch_names = { "the bytes came first: a result at once", "ready while registering: read again in the call",
+			  "waited: the continuation ran once" },
+	.window_branch = 2,
+	.window_needs_scheduler = true,
+};

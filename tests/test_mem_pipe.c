@@ -367,6 +367,67 @@ static void staged_bytes_are_counted_until_a_flush_and_the_high_water_mark_is_re
 	assert_int_equal(perch_conn_staged(NULL), 0);
 }
 
+struct calls {
+	int runs;
+	int64_t result;
+};
+
+static void count_call(void *arg, int64_t result)
+{
+	struct calls *k = arg;
+	k->runs++;
+	k->result = result;
+}
+
+/* One call reads or registers: a result at once, else the continuation once (0, or -ECANCELED), never inside. */
+static void read_or_wait_reads_at_once_or_calls_back_once(void **state)
+{
+	struct perch_read_result res;
+	struct perch_vtask_handle h;
+	struct calls k = { 0 };
+	assert_int_equal(perch_pipe_read_or_wait(R(state), &res, NULL, &k), -EINVAL);
+	assert_int_equal(perch_pipe_read_or_wait(R(state), &res, count_call, &k), PERCH_PENDING);
+	assert_int_equal(k.runs, 0);
+	assert_int_equal(perch_pipe_write(W(state), "ab", 2), 0);
+	assert_int_equal(perch_pipe_flush(W(state), &h), 0); /* the flush completes the read: its continuation runs here */
+	assert_int_equal(k.runs, 1);
+	assert_int_equal(k.result, 0);
+	assert_int_equal(perch_pipe_read_or_wait(R(state), &res, count_call, &k), 0);
+	assert_int_equal(res.len, 2);
+	assert_int_equal(k.runs, 1); /* a result at once: no continuation */
+	assert_int_equal(perch_pipe_advance_to(R(state), 2, 2), 0);
+	assert_int_equal(perch_pipe_read_or_wait(R(state), &res, count_call, &k), PERCH_PENDING);
+	assert_int_equal(perch_pipe_reader_complete(R(state)), 0);
+	assert_int_equal(k.runs, 2);
+	assert_int_equal(k.result, -ECANCELED);
+	assert_int_equal(perch_pipe_read_or_wait(R(state), &res, count_call, &k), -EINVAL); /* completed */
+}
+
+/* Below the pause a flush is done at once; at it, the continuation runs once the reader made room. */
+static void flush_or_wait_is_done_at_once_or_calls_back_once(void **state)
+{
+	struct perch_read_result res;
+	struct calls k = { 0 };
+	assert_int_equal(perch_pipe_flush_or_wait(W(state), NULL, &k), -EINVAL);
+	assert_int_equal(perch_pipe_write(W(state), "abc", 3), 0);
+	assert_int_equal(perch_pipe_flush_or_wait(W(state), count_call, &k), 0); /* 3 of pause 8 */
+	assert_int_equal(perch_pipe_write(W(state), "defgh", 5), 0);
+	assert_int_equal(perch_pipe_flush_or_wait(W(state), count_call, &k), PERCH_PENDING); /* 8 unread */
+	assert_int_equal(k.runs, 0);
+	assert_int_equal(perch_pipe_try_read(R(state), &res), 0);
+	assert_int_equal(perch_pipe_advance_to(R(state), 4, 4), 0); /* down to resume, 4 */
+	assert_int_equal(k.runs, 1);
+	assert_int_equal(k.result, 0);
+	assert_int_equal(perch_pipe_write(W(state), "ijklm", 5), 0);
+	assert_int_equal(perch_pipe_flush_or_wait(W(state), count_call, &k), PERCH_PENDING); /* 9 unread */
+	assert_int_equal(perch_pipe_reader_complete(R(state)), 0);
+	assert_int_equal(k.runs, 2);
+	assert_int_equal(k.result, -EPIPE);
+	assert_int_equal(perch_pipe_write(W(state), "n", 1), -EPIPE);
+	assert_int_equal(perch_pipe_flush_or_wait(W(state), count_call, &k), -EPIPE); /* the reader is gone: refused now */
+	assert_int_equal(k.runs, 2);
+}
+
 static void bad_options_and_arguments_return_einval(void **state)
 {
 	struct perch_pipe_reader *r = NULL;
@@ -396,6 +457,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(a_forward_into_a_pipe_whose_reader_is_gone_consumes_nothing, setup, teardown),
 		cmocka_unit_test_setup_teardown(staged_bytes_are_counted_until_a_flush_and_the_high_water_mark_is_reached_at_it,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(read_or_wait_reads_at_once_or_calls_back_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(flush_or_wait_is_done_at_once_or_calls_back_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(bad_options_and_arguments_return_einval, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("mem_pipe", tests, NULL, NULL);

@@ -93,37 +93,6 @@ static void worker_stop_items(struct serve_worker *wk)
 		wk->items->stop(wk->items);
 }
 
-/* ---- reading and flushing by continuation ---- */
-
-int serve_read(struct perch_pipe_reader *r, struct perch_read_result *res, perch_vtask_fn on_ready,
-	       void *arg)
-{
-	for (;;) {
-		struct perch_vtask_handle h;
-		int rc = perch_pipe_read(r, res, &h);
-		if (rc != PERCH_PENDING)
-			return rc;
-		rc = perch_vtask_on_complete(h, on_ready, arg);
-		if (rc != 0)
-			return rc; /* PERCH_PENDING: on_ready carries on */
-		/* the read completed meanwhile: read again inline */
-	}
-}
-
-int serve_flush(struct perch_pipe_writer *w, perch_vtask_fn on_flushed, void *arg)
-{
-	struct perch_vtask_handle h;
-	int rc = perch_pipe_flush(w, &h);
-	if (rc != PERCH_PENDING)
-		return rc;
-	rc = perch_vtask_on_complete(h, on_flushed, arg);
-	if (rc != 0)
-		return rc;
-	int64_t result = -EIO;
-	perch_vtask_result(h, &result); /* completed while registering: its result, inline */
-	return (int)result;
-}
-
 /* ---- sessions ---- */
 
 /*
@@ -196,7 +165,7 @@ static void session_pump(struct session *s)
 	const struct serve_proto *proto = s->wk->srv->proto;
 	for (;;) {
 		struct perch_read_result res;
-		int rc = serve_read(s->r, &res, session_read_ready, s);
+		int rc = perch_pipe_read_or_wait(s->r, &res, session_read_ready, s);
 		if (rc == PERCH_PENDING)
 			return;
 		if (rc != 0) {
@@ -219,7 +188,7 @@ static void session_pump(struct session *s)
 		else if (stop == SERVE_YIELD)
 			stop = 0;
 		s->close_after_flush = stop;
-		rc = serve_flush(s->w, session_flushed, s);
+		rc = perch_pipe_flush_or_wait(s->w, session_flushed, s);
 		if (rc == PERCH_PENDING)
 			return;
 		if (rc < 0 || stop) {

@@ -124,21 +124,6 @@ void serve_track(struct serve_worker *wk, struct serve_item *it);
 /* Takes `it` off its worker's items; an untracked item is left alone. */
 void serve_untrack(struct serve_item *it);
 
-/*
- * Reads r into *res: 0 with a result, PERCH_PENDING when the read waits
- * (on_ready(arg, result) runs once it is ready, and should read again), or
- * perch_pipe_read's error. A read that became ready while the continuation
- * was being registered is taken at once.
- */
-int serve_read(struct perch_pipe_reader *r, struct perch_read_result *res, perch_vtask_fn on_ready,
-	       void *arg);
-
-/*
- * Flushes w: 0 when done, PERCH_PENDING when the flush waits (on_flushed(arg,
- * result) runs with its result), or a negative errno when it failed.
- */
-int serve_flush(struct perch_pipe_writer *w, perch_vtask_fn on_flushed, void *arg);
-
 void serve_opts_default(struct serve_opts *o);
 
 /* The longest "HOST" serve_parse_hostport writes, its NUL included (an IPv6 address). */

@@ -114,14 +114,9 @@ static void on_readable(void *arg, int64_t result)
 /* Flushes the replies. Returns true when the caller may read on at once. */
 static bool flush_replies(struct session *s)
 {
-	struct perch_vtask_handle h;
-	int64_t result;
-	int rc = perch_pipe_flush(s->w, &h);
-	if (rc == PERCH_PENDING) {
-		if (perch_vtask_on_complete(h, on_flushed, s) == PERCH_PENDING)
-			return false;   /* on_flushed goes on: the socket's buffer is our backpressure */
-		rc = perch_vtask_result(h, &result) == 0 ? (int)result : -EIO;
-	}
+	int rc = perch_pipe_flush_or_wait(s->w, on_flushed, s);
+	if (rc == PERCH_PENDING)
+		return false;   /* on_flushed goes on: the socket's buffer is our backpressure */
 	if (rc < 0 || s->quitting) {
 		end(s);
 		return false;
@@ -134,13 +129,9 @@ static void read_more(struct session *s)
 {
 	for (;;) {
 		struct perch_read_result res;
-		struct perch_vtask_handle h;
-		int rc = perch_pipe_read(s->r, &res, &h);
-		if (rc == PERCH_PENDING) {
-			if (perch_vtask_on_complete(h, on_readable, s) == PERCH_PENDING)
-				return;
-			continue;       /* it completed meanwhile: its result is ready now */
-		}
+		int rc = perch_pipe_read_or_wait(s->r, &res, on_readable, s);
+		if (rc == PERCH_PENDING)
+			return;         /* on_readable goes on once bytes come */
 		if (rc < 0) {
 			end(s);
 			return;

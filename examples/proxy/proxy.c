@@ -145,7 +145,7 @@ static void pump_run(struct pump *p)
 {
 	for (;;) {
 		struct perch_read_result res;
-		int rc = serve_read(p->r, &res, pump_read_ready, p);
+		int rc = perch_pipe_read_or_wait(p->r, &res, pump_read_ready, p);
 		if (rc == PERCH_PENDING)
 			return;
 		if (rc != 0 || res.error || res.closed || res.canceled ||
@@ -154,7 +154,7 @@ static void pump_run(struct pump *p)
 			return;
 		}
 		p->src_ended = res.completed;
-		rc = serve_flush(p->w, pump_flushed, p);
+		rc = perch_pipe_flush_or_wait(p->w, pump_flushed, p);
 		if (rc == PERCH_PENDING || pump_stops_after_flush(p, rc))
 			return;
 	}

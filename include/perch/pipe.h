@@ -109,6 +109,21 @@ PERCH_API void perch_pipe_writer_free(struct perch_pipe_writer *w);
 PERCH_API int perch_pipe_read(struct perch_pipe_reader *r, struct perch_read_result *out,
 			      struct perch_vtask_handle *task);
 
+/*
+ * perch_pipe_read and the continuation's registration in one call:
+ * returns 0 with *out filled when a result is there; PERCH_PENDING when
+ * the read waits, and on_ready(arg, result) will run exactly once, on the
+ * completing thread (a loop's, or the one that cancels or completes the
+ * reader), with 0 when a result is ready (call this again from it: it
+ * returns the result at once) or -ECANCELED when the reader was
+ * completed; or perch_pipe_read's errors. A read that became ready while
+ * on_ready was being registered is read again here, in a loop: on_ready
+ * never runs inside this call, and nothing recurses. Advance after each
+ * result, as after perch_pipe_read.
+ */
+PERCH_API int perch_pipe_read_or_wait(struct perch_pipe_reader *r, struct perch_read_result *out,
+				      perch_vtask_fn on_ready, void *arg);
+
 /* As perch_pipe_read, but never waits: -EAGAIN when nothing new is there. */
 PERCH_API int perch_pipe_try_read(struct perch_pipe_reader *r, struct perch_read_result *out);
 
@@ -205,6 +220,18 @@ PERCH_API int perch_pipe_forward(struct perch_pipe_reader *r, size_t consumed, s
  * bytes stay committed for the next flush); -EINVAL.
  */
 PERCH_API int perch_pipe_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *task);
+
+/*
+ * perch_pipe_flush and the continuation's registration in one call:
+ * returns 0 when the flush is done now (nothing was staged, the reader
+ * has room, or it completed while on_flushed was being registered), a
+ * negative errno when it failed now (perch_pipe_flush's, or the waited
+ * flush's result when it completed meanwhile), or PERCH_PENDING when
+ * on_flushed(arg, result) will run exactly once, on the completing
+ * thread, with 0 or the flush's error. on_flushed never runs inside this
+ * call.
+ */
+PERCH_API int perch_pipe_flush_or_wait(struct perch_pipe_writer *w, perch_vtask_fn on_flushed, void *arg);
 
 /*
  * Completes the waiting flush with -ECANCELED now (over a connection the
