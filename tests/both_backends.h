@@ -8,14 +8,12 @@
 #include "cmocka_prelude.h"
 
 /*
- * cmocka's group runner is a macro sizing `tests` itself, hence a macro:
- * PERCH_TEST_FILTER picks tests by name; the result is main's exit code.
+ * cmocka's group runner is a macro sizing `tests` itself, hence a macro
+ * (PERCH_TEST_FILTER applies: cmocka_prelude.h); the result is main's exit
+ * code.
  */
 #define RUN_ON_BOTH_BACKENDS(name, tests, backend_var)                                             \
 	__extension__({                                                                            \
-		const char *only_ = getenv("PERCH_TEST_FILTER");                                   \
-		if (only_ && *only_)                                                               \
-			cmocka_set_test_filter(only_);                                             \
 		(backend_var) = PERCH_BACKEND_URING;                                               \
 		int failed_ = cmocka_run_group_tests_name(name " (io_uring)", tests, NULL, NULL);  \
 		(backend_var) = PERCH_BACKEND_EPOLL;                                               \

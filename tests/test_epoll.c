@@ -431,8 +431,5 @@ int main(void)
 		cmocka_unit_test(segments_arriving_at_a_paused_conn_do_not_wake_the_loop),
 		cmocka_unit_test(sends_the_socket_takes_at_once_arm_nothing),
 	};
-	const char *only = getenv("PERCH_TEST_FILTER");
-	if (only && *only)
-		cmocka_set_test_filter(only);
 	return cmocka_run_group_tests_name("epoll", tests, NULL, NULL);
 }

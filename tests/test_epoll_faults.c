@@ -317,8 +317,5 @@ int main(void)
 		cmocka_unit_test(a_refusal_inside_a_flush_on_the_loop_is_reported_after_it_returns),
 		cmocka_unit_test(a_free_off_the_owners_thread_resumes_no_listener_onto_a_gone_backend),
 	};
-	const char *only = getenv("PERCH_TEST_FILTER");
-	if (only && *only)
-		cmocka_set_test_filter(only);
 	return cmocka_run_group_tests_name("epoll faults", tests, NULL, NULL);
 }

@@ -274,8 +274,5 @@ int main(void)
 		cmocka_unit_test(a_send_the_broken_ring_never_took_is_settled_by_the_free),
 		cmocka_unit_test(a_free_off_the_owners_thread_resumes_no_listener_onto_a_gone_backend),
 	};
-	const char *only = getenv("PERCH_TEST_FILTER");
-	if (only && *only)
-		cmocka_set_test_filter(only);
 	return cmocka_run_group_tests_name("io_uring faults", tests, NULL, NULL);
 }
