@@ -125,7 +125,9 @@ def page(header, text):
         if kind == "pp":
             m = re.match(r"#define\s+(PERCH_\w+)", body)
             if m and not m.group(1).endswith("_H") and m.group(1) not in ("PERCH_API",):
-                entries.append(("const", m.group(1), body, pending))
+                if pending[:-1]:  # free-standing prose before the constant's own comment
+                    entries.append(("prose", None, None, pending[:-1]))
+                entries.append(("const", m.group(1), body, pending[-1:]))
             elif pending:
                 entries.append(("prose", None, None, pending))
             pending = []
