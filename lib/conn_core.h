@@ -166,10 +166,18 @@ void perch__read_wake(struct perch_conn *c);
 
 /* ---- staged output (lib/conn_stage.c) ---- */
 
-/* Whose a lent segment is: kept in the data of the buffer that lends it to a send. */
+/*
+ * Whose lent bytes are, kept in the data of the buffer that lends them to
+ * a send: a received segment (a forward: `seg`, given back through `ops`),
+ * or the caller's memory (a referenced write: `release` set).
+ */
 struct perch__lent_seg {
 	const struct perch__transport_ops *ops;
 	struct perch_seg *seg;
+	perch_release_fn release;
+	void *arg;
+	const void *data;
+	size_t len;
 };
 
 /* A lent segment's buffer points into the segment, not at its own data. */

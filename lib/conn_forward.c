@@ -51,9 +51,7 @@ static struct perch__txbuf *lend_new(const struct perch_conn *src, struct perch_
 	struct perch__txbuf *b = malloc(sizeof(*b) + sizeof(struct perch__lent_seg));
 	if (!b)
 		return NULL;
-	struct perch__lent_seg *l = (struct perch__lent_seg *)(void *)b->data;
-	l->ops = src->ops;
-	l->seg = seg;
+	*(struct perch__lent_seg *)(void *)b->data = (struct perch__lent_seg){ .ops = src->ops, .seg = seg };
 	b->bytes = seg->data + off;
 	b->len = b->cap = seg->len - (uint32_t)off;
 	return b;

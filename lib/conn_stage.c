@@ -9,11 +9,14 @@
 
 /* ================= buffers and chains ================= */
 
-/* The segment goes back to its owner now that the send is done with its bytes. */
+/* The lent bytes go back to their owner now that the send is done with them. */
 static void return_lent(struct perch__txbuf *b)
 {
 	struct perch__lent_seg *l = (struct perch__lent_seg *)(void *)b->data;
-	perch__seg_give_back(l->ops, l->seg);
+	if (l->release)
+		l->release(l->arg, l->data, l->len);
+	else
+		perch__seg_give_back(l->ops, l->seg);
 	free(b);
 }
 
@@ -116,6 +119,31 @@ int perch_conn_write(struct perch_conn *c, const void *data, size_t len)
 		p += n;
 		len -= n;
 	}
+	return 0;
+}
+
+int perch_conn_write_ref(struct perch_conn *c, const void *data, size_t len, perch_release_fn release,
+			 void *arg)
+{
+	if (!c || !data || !release || len == 0 || len > UINT32_MAX)
+		return -EINVAL;
+	int rc = perch__writer_may_stage(c);
+	if (rc != 0)
+		return rc;
+	struct perch__txbuf *b = malloc(sizeof(*b) + sizeof(struct perch__lent_seg));
+	if (!b)
+		return -ENOMEM;
+	*(struct perch__lent_seg *)(void *)b->data =
+		(struct perch__lent_seg){ .release = release, .arg = arg, .data = data, .len = len };
+	b->next = NULL;
+	b->bytes = (uint8_t *)(uintptr_t)data; /* read only: sent, never written */
+	b->len = b->cap = (uint32_t)len;       /* no room: a later write starts a buffer of its own */
+	if (c->staged_tail)
+		c->staged_tail->next = b;
+	else
+		c->staged_head = b;
+	c->staged_tail = b;
+	c->staged_len += len;
 	return 0;
 }
 

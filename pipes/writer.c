@@ -147,6 +147,16 @@ int perch_pipe_write(struct perch_pipe_writer *w, const void *data, size_t len)
 	return perch_conn_write(w->c, data, len);
 }
 
+int perch_pipe_write_ref(struct perch_pipe_writer *w, const void *data, size_t len, perch_release_fn release,
+			 void *arg)
+{
+	if (!writer_usable(w))
+		return -EINVAL;
+	w->room = 0; /* as a write: it ends get_buffer's loan */
+	int refused = w->mem ? perch__mem_write_refusal(w->mem) : 0;
+	return refused ? refused : perch_conn_write_ref(w->c, data, len, release, arg);
+}
+
 int perch_pipe_forward(struct perch_pipe_reader *r, size_t consumed, size_t examined,
 		       struct perch_pipe_writer *w)
 {

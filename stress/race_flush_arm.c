@@ -329,3 +329,50 @@ const struct race_def race_flush_vs_close = {
 	.branch_names = { "refused: closed before the flush", "refused: close taken back after arming",
 			  "parked, close delivered before the send", "parked and sent, close delivered" },
 };
+
+/* ---- a referenced write: its release runs once, whichever of the flush and the close wins ---- */
+
+static uint32_t ref_releases;
+static const void *ref_released;
+static const char ref_bytes[] = "the caller's own bytes";
+
+static void count_ref_release(void *arg, const void *data, size_t len)
+{
+	perch__faa_u32(&ref_releases, 1);
+	ref_released = data;
+}
+
+static void setup_staged_ref(void *p, uint64_t round)
+{
+	struct flush_state *s = p;
+	s->c = race_conn_new(&s->t);
+	flusher_reset(&s->first);
+	s->rc = 0;
+	perch__store_u32(&ref_releases, 0);
+	ref_released = NULL;
+	if (perch_conn_write_ref(s->c, ref_bytes, sizeof(ref_bytes) - 1, count_ref_release, NULL) != 0)
+		abort();
+}
+
+/* The flush's outcome as for copied bytes; the send read the caller's memory; the release ran once. */
+static bool judge_ref_flush_vs_close(struct race *r, void *p, uint64_t round)
+{
+	struct flush_state *s = p;
+	bool sent_in_place = !s->t.sent || s->t.sent->bytes == (const uint8_t *)ref_bytes;
+	bool ok = judge_flush_vs_close(r, p, round); /* ends the round's connection */
+	uint32_t releases = perch__load_u32(&ref_releases);
+	if (ok && (!sent_in_place || releases != 1 || ref_released != ref_bytes)) {
+		race_fail(r, round, "flush rc %d: %s, released %u times", s->rc,
+			  sent_in_place ? "sent in place" : "sent a copy", releases);
+		ok = false;
+	}
+	return ok;
+}
+
+const struct race_def race_ref_flush_vs_close = {
+	.name = "flush_arm: a referenced write's flush races close; released once",
+	.actors = 2, .exhaustive = true, .create = flush_create, .destroy = flush_destroy, .setup = setup_staged_ref,
+	.actor = { flush_first, conn_closes }, .judge = judge_ref_flush_vs_close,
+	.branch_names = { "refused: closed before the flush", "refused: close taken back after arming",
+			  "parked, close delivered before the send", "parked and sent, close delivered" },
+};

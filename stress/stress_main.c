@@ -5,7 +5,7 @@
 
 extern const struct race_def race_read_vs_bytes, race_read_vs_fin, race_read_vs_close,
 	race_two_reads, race_same_listener, race_read_vs_byte_then_fin, race_delivery_vs_next_park, race_cancel_vs_bytes, race_flush_vs_completion, race_own_flush_vs_completion,
-	race_flush_vs_close, race_close_vs_send_done, race_shutdown_vs_send_done, race_vtask_register_vs_complete,
+	race_flush_vs_close, race_ref_flush_vs_close, race_close_vs_send_done, race_shutdown_vs_send_done, race_vtask_register_vs_complete,
 	race_vtask_stale_completion, race_vtask_two_registrations, race_loop_read_vs_close, race_loop_flush_vs_close,
 	race_pipe_read_vs_close, race_pipe_flush_vs_close, race_mem_flush_vs_consume,
 	race_loop_pipe_read_vs_close, race_loop_pipe_flush_vs_close,
@@ -29,6 +29,7 @@ int main(int argc, char **argv)
 		&race_flush_vs_completion,
 		&race_own_flush_vs_completion,
 		&race_flush_vs_close,
+		&race_ref_flush_vs_close,
 		&race_close_vs_send_done,
 		&race_shutdown_vs_send_done,
 		&race_vtask_register_vs_complete,

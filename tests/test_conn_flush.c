@@ -303,10 +303,86 @@ static void bad_arguments_return_einval(void **state)
 	assert_int_equal(c->flush_busy, 0);
 }
 
+/* ---- referenced writes: the caller's bytes sent in place, released once ---- */
+
+struct releases {
+	int runs;
+	const void *data;
+	size_t len;
+};
+
+static void count_release(void *arg, const void *data, size_t len)
+{
+	struct releases *k = arg;
+	k->runs++;
+	k->data = data;
+	k->len = len;
+}
+
+/* Copied and referenced bytes go out in order; the reference is the caller's memory, released after the send. */
+static void a_referenced_write_is_sent_in_place_in_order_and_released_after_the_send(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	static const char big[] = "the caller's own bytes";
+	struct releases k = { 0 };
+	struct counting_flusher f = COUNTING_FLUSHER;
+	assert_int_equal(perch_conn_write(c, "<", 1), 0);
+	assert_int_equal(perch_conn_write_ref(c, big, sizeof(big) - 1, count_release, &k), 0);
+	assert_int_equal(perch_conn_write(c, ">", 1), 0);
+	assert_int_equal(perch_conn_staged(c), sizeof(big) + 1);
+	assert_int_equal(perch_conn_try_flush_or_park(c, &f.l), PERCH_PENDING);
+	const struct perch__txbuf *b = transport_of(state)->sent;
+	assert_int_equal(b->len, 1);
+	assert_memory_equal(b->bytes, "<", 1);
+	b = b->next;
+	assert_ptr_equal(b->bytes, big); /* not a copy */
+	assert_int_equal(b->len, sizeof(big) - 1);
+	b = b->next;
+	assert_int_equal(b->len, 1);
+	assert_memory_equal(b->bytes, ">", 1);
+	assert_null(b->next);
+	assert_int_equal(k.runs, 0); /* the kernel still reads them */
+	fake_send_done(c, (int)sizeof(big) + 1);
+	assert_int_equal(k.runs, 1);
+	assert_ptr_equal(k.data, big);
+	assert_int_equal(k.len, sizeof(big) - 1);
+	assert_int_equal(f.deliveries, 1);
+}
+
+/* Dropped unsent (a flush after the close), the reference is released once; bad calls stage nothing. */
+static void a_referenced_write_dropped_unsent_is_released_once_and_bad_calls_stage_nothing(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	static const char big[] = "abc";
+	struct releases k = { 0 };
+	struct counting_flusher f = COUNTING_FLUSHER;
+	assert_int_equal(perch_conn_write_ref(NULL, big, 3, count_release, &k), -EINVAL);
+	assert_int_equal(perch_conn_write_ref(c, NULL, 3, count_release, &k), -EINVAL);
+	assert_int_equal(perch_conn_write_ref(c, big, 0, count_release, &k), -EINVAL);
+	assert_int_equal(perch_conn_write_ref(c, big, 3, NULL, &k), -EINVAL);
+	assert_int_equal(perch_conn_write_ref(c, big, (size_t)UINT32_MAX + 1, count_release, &k), -EINVAL);
+	assert_int_equal(perch_conn_staged(c), 0);
+	assert_int_equal(perch_conn_write_ref(c, big, 3, count_release, &k), 0);
+	assert_int_equal(perch_conn_try_flush_or_park(c, &f.l), PERCH_PENDING);
+	assert_int_equal(perch_conn_write_ref(c, big, 3, count_release, &k), -EBUSY); /* a flush is out */
+	fake_send_done(c, 3);
+	assert_int_equal(k.runs, 1);
+	assert_int_equal(perch_conn_write_ref(c, big, 3, count_release, &k), 0);
+	assert_int_equal(perch_conn_close(c), 0);
+	assert_int_equal(perch_conn_try_flush_or_park(c, &f.l), -EPIPE);
+	assert_int_equal(k.runs, 2); /* the second, dropped unsent */
+	assert_int_equal(perch_conn_write_ref(c, big, 3, count_release, &k), -EPIPE);
+	assert_int_equal(k.runs, 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(flush_parks_and_is_delivered_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(a_referenced_write_is_sent_in_place_in_order_and_released_after_the_send,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(a_referenced_write_dropped_unsent_is_released_once_and_bad_calls_stage_nothing,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(flush_with_nothing_staged_leaves_the_earlier_result_readable, setup, teardown),
 		cmocka_unit_test_setup_teardown(second_flush_refused_while_one_is_parked, setup, teardown),
 		cmocka_unit_test_setup_teardown(flush_after_peer_fin_leaves_the_kernels_flush_to_complete, setup, teardown),

@@ -1616,9 +1616,28 @@ struct big_send {
 	struct slow_reader r;
 	uint8_t *out;
 	struct counted_flush f;
+	uint32_t releases;            /* a referenced write's (BIG_REF) */
+	bool released_on_loop;
 };
 
-enum { BIG_N = 8 * 1024 * 1024, BIG_W = 4096 };
+/* write_size BIG_REF: the BIG_N bytes are one referenced write, the caller's memory sent in place. */
+enum { BIG_N = 8 * 1024 * 1024, BIG_W = 4096, BIG_REF = 0 };
+
+static void big_send_released(void *arg, const void *data, size_t len)
+{
+	struct big_send *b = arg;
+	b->released_on_loop = pthread_equal(pthread_self(), b->l.th) && data == b->out && len == BIG_N;
+	perch__faa_u32(&b->releases, 1);
+}
+
+/* A referenced write's memory was released once, on the loop's thread, by now or within the timeout. */
+static void big_send_released_once(struct big_send *b)
+{
+	for (int i = 0; i < LU_TIMEOUT_MS && perch__load_u32(&b->releases) == 0; i++)
+		usleep(1000);
+	assert_int_equal(perch__load_u32(&b->releases), 1);
+	assert_true(b->released_on_loop);
+}
 
 /* BIG_N bytes staged in writes of `write_size` (each write its own staging buffer), not yet flushed. */
 static void big_send_open(struct big_send *b, size_t write_size)
@@ -1637,7 +1656,9 @@ static void big_send_open(struct big_send *b, size_t write_size)
 	b->r.in = malloc(BIG_N);
 	b->out = malloc(BIG_N);
 	lu_fill(b->out, BIG_N);
-	for (size_t off = 0; off < BIG_N; off += write_size)
+	if (write_size == BIG_REF)
+		assert_int_equal(perch_conn_write_ref(b->c, b->out, BIG_N, big_send_released, b), 0);
+	for (size_t off = 0; write_size != BIG_REF && off < BIG_N; off += write_size)
 		assert_int_equal(perch_conn_write(b->c, b->out + off, write_size), 0);
 	b->f.fl.on_parking = counted_flush_parking;
 	b->f.fl.on_flush_done = counted_flush_done;
@@ -1669,6 +1690,8 @@ static void big_send_to_a_slow_reader(size_t write_size)
 	assert_int_equal(b.r.got, BIG_N);
 	assert_memory_equal(b.r.in, b.out, BIG_N);
 	assert_int_equal(perch__load_u32(&b.f.deliveries), 1);
+	if (write_size == BIG_REF)
+		big_send_released_once(&b);
 	big_send_close(&b);
 }
 
@@ -1682,6 +1705,12 @@ static void flush_of_8mib_in_2048_buffers_to_a_slow_reader_arrives_whole_and_in_
 static void flush_of_8mib_in_one_buffer_reaches_a_slow_reader_whole_and_in_order(void **state)
 {
 	big_send_to_a_slow_reader(BIG_N);
+}
+
+/* The caller's 8 MiB, referenced: sent in place, whole and in order, released once on the loop's thread. */
+static void a_referenced_8mib_write_reaches_a_slow_reader_whole_and_is_released_once(void **state)
+{
+	big_send_to_a_slow_reader(BIG_REF);
 }
 
 /*
@@ -1711,12 +1740,20 @@ static void big_send_closed_while_stuck(size_t write_size)
 	assert_int_equal(perch__load_u32(&b.c->refs), 1);
 	/* send_done delivers before it drops the send's reference: any second delivery came by now. */
 	assert_int_equal(perch__load_u32(&b.f.deliveries), 1);
+	if (write_size == BIG_REF)
+		big_send_released_once(&b);
 	big_send_close(&b);
 }
 
 static void close_during_a_stuck_send_fails_the_flush_once_and_returns_every_reference(void **state)
 {
 	big_send_closed_while_stuck(BIG_W);
+}
+
+/* A referenced write stuck in the kernel when the conn closes: the flush fails once, the memory is released once. */
+static void close_during_a_stuck_referenced_send_releases_the_memory_once(void **state)
+{
+	big_send_closed_while_stuck(BIG_REF);
 }
 
 /* The same with one 8 MiB buffer: the single-buffer send on io_uring. */
@@ -2654,6 +2691,8 @@ int main(void)
 		cmocka_unit_test(fin_arriving_after_a_local_close_is_not_delivered),
 		cmocka_unit_test(flush_of_8mib_in_2048_buffers_to_a_slow_reader_arrives_whole_and_in_order),
 		cmocka_unit_test(close_during_a_stuck_send_fails_the_flush_once_and_returns_every_reference),
+		cmocka_unit_test(a_referenced_8mib_write_reaches_a_slow_reader_whole_and_is_released_once),
+		cmocka_unit_test(close_during_a_stuck_referenced_send_releases_the_memory_once),
 		cmocka_unit_test(flush_of_8mib_in_one_buffer_reaches_a_slow_reader_whole_and_in_order),
 		cmocka_unit_test(close_during_a_stuck_one_buffer_send_fails_the_flush_once),
 		cmocka_unit_test(staging_on_the_loop_thread_reuses_what_sends_gave_back_and_the_pool_is_bounded),

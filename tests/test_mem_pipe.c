@@ -428,6 +428,40 @@ static void flush_or_wait_is_done_at_once_or_calls_back_once(void **state)
 	assert_int_equal(k.runs, 2);
 }
 
+struct ref_release {
+	int runs;
+	const void *data;
+};
+
+static void note_ref_release(void *arg, const void *data, size_t len)
+{
+	struct ref_release *k = arg;
+	k->runs++;
+	k->data = data;
+}
+
+/* In memory the reader reads the caller's bytes where they are; the release runs once it consumed them all. */
+static void a_referenced_write_is_read_in_place_and_released_once_consumed(void **state)
+{
+	static const char big[] = "abcdef";
+	struct ref_release k = { 0 };
+	struct perch_read_result res;
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_pipe_write_ref(W(state), big, 6, NULL, &k), -EINVAL);
+	assert_int_equal(perch_pipe_write_ref(W(state), big, 6, note_ref_release, &k), 0);
+	assert_int_equal(perch_pipe_writer_staged(W(state)), 6);
+	assert_int_equal(perch_pipe_flush(W(state), &h), 0); /* 6 of pause 8 */
+	assert_int_equal(perch_pipe_try_read(R(state), &res), 0);
+	assert_int_equal(res.len, 6);
+	assert_ptr_equal(res.first->data + res.first_off, big);
+	assert_int_equal(perch_pipe_advance_to(R(state), 3, 3), 0);
+	assert_int_equal(k.runs, 0); /* half of it still unread */
+	assert_int_equal(perch_pipe_try_read(R(state), &res), 0);
+	assert_int_equal(perch_pipe_advance_to(R(state), 3, 3), 0);
+	assert_int_equal(k.runs, 1);
+	assert_ptr_equal(k.data, big);
+}
+
 static void bad_options_and_arguments_return_einval(void **state)
 {
 	struct perch_pipe_reader *r = NULL;
@@ -459,6 +493,8 @@ int main(void)
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(read_or_wait_reads_at_once_or_calls_back_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(flush_or_wait_is_done_at_once_or_calls_back_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(a_referenced_write_is_read_in_place_and_released_once_consumed, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(bad_options_and_arguments_return_einval, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("mem_pipe", tests, NULL, NULL);

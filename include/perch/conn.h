@@ -141,6 +141,31 @@ PERCH_API int perch_conn_cancel_read(struct perch_conn *c);
 PERCH_API int perch_conn_write(struct perch_conn *c, const void *data, size_t len);
 
 /*
+ * Runs exactly once when perch no longer needs the bytes of a referenced
+ * write (perch_conn_write_ref, perch_pipe_write_ref): after the kernel
+ * took them, or once they were dropped unsent (the connection closed, a
+ * flush failed or was refused, the connection's last reference went). It
+ * runs on the thread that ended their use: the loop's after a send (a
+ * close that cancels the send included), an in-memory pipe's reader's
+ * once it consumed them, else the thread whose call dropped them. It must
+ * not block, nor write to or flush this connection.
+ */
+typedef void (*perch_release_fn)(void *arg, const void *data, size_t len);
+
+/*
+ * Stages `len` bytes at `data` without copying them: the send reads them
+ * where they are. The memory is the caller's; it must stay unchanged and
+ * alive until release(arg, data, len) runs (exactly once). In order with
+ * copied writes, and counted in perch_conn_staged. The writer's call, as
+ * perch_conn_write. Returns 0; -EINVAL (NULL c, data or release, len 0 or
+ * above UINT32_MAX); -EBUSY while a flush is in progress; -EPIPE when the
+ * write side ended; -ENOMEM. On an error nothing was staged and release
+ * will not run.
+ */
+PERCH_API int perch_conn_write_ref(struct perch_conn *c, const void *data, size_t len,
+				   perch_release_fn release, void *arg);
+
+/*
  * Bytes written (or forwarded) since the last flush took the staged ones:
  * what the connection holds for the writer and the kernel has not been
  * handed yet. The writer's call (not at the same time as its writes); 0

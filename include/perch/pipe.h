@@ -174,6 +174,19 @@ PERCH_API int perch_pipe_advance(struct perch_pipe_writer *w, size_t n);
 /* Copies `len` bytes in (get_buffer + advance). Returns as perch_pipe_get_buffer. */
 PERCH_API int perch_pipe_write(struct perch_pipe_writer *w, const void *data, size_t len);
 
+/*
+ * Stages the caller's `len` bytes at `data` without a copy, as
+ * perch_conn_write_ref does on the connection beneath (release runs
+ * exactly once when they are no longer needed; see perch_release_fn): a
+ * large answer sent from where it lies. Over an in-memory pipe the reader
+ * reads them where they are, and release runs once it consumed them (or
+ * the pipe is freed). Returns as perch_pipe_write; -EINVAL also for a NULL
+ * release or len 0 or above UINT32_MAX. On an error nothing was staged and
+ * release will not run.
+ */
+PERCH_API int perch_pipe_write_ref(struct perch_pipe_writer *w, const void *data, size_t len,
+				   perch_release_fn release, void *arg);
+
 /* A writer's high-water mark until perch_pipe_writer_set_high_water: 64 KiB. */
 #define PERCH_PIPE_HIGH_WATER_DEFAULT (64u * 1024)
 
