@@ -277,6 +277,37 @@ static void fnv1a_colliding_keys_spread_over_the_store(void **state)
 	free(keys);
 }
 
+/*
+ * A value held by a send (resp_store_value_get, as a GET answered by
+ * reference does) keeps its bytes through an overwrite of the same size
+ * (which would otherwise reuse the memory in place) and a DEL; the store
+ * answers the new value meanwhile, and the last put frees the old.
+ */
+static void a_value_held_by_a_send_outlives_its_overwrite_and_its_delete(void **state)
+{
+	struct resp_store *s;
+	size_t n;
+	assert_int_equal(resp_store_new(&s), 0);
+	assert_int_equal(resp_store_set(s, "k", 1, "aaaa", 4), 0);
+	const char *held = resp_store_get(s, "k", 1, &n);
+	resp_store_value_get(held);
+	assert_int_equal(resp_store_set(s, "k", 1, "bbbb", 4), 0);
+	const char *now = resp_store_get(s, "k", 1, &n);
+	assert_ptr_not_equal(now, held);
+	assert_memory_equal(now, "bbbb", 4);
+	assert_memory_equal(held, "aaaa", 4);
+	assert_int_equal(resp_store_del(s, "k", 1), 1);
+	assert_memory_equal(held, "aaaa", 4); /* ASan: still the send's */
+	resp_store_value_put(held);           /* the last reference: freed (ASan: no leak) */
+	/* Unshared, an overwrite that fits reuses the memory. */
+	assert_int_equal(resp_store_set(s, "j", 1, "cccc", 4), 0);
+	const char *first = resp_store_get(s, "j", 1, &n);
+	assert_int_equal(resp_store_set(s, "j", 1, "dd", 2), 0);
+	assert_ptr_equal(resp_store_get(s, "j", 1, &n), first);
+	resp_store_value_put(NULL);
+	resp_store_free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -285,6 +316,7 @@ int main(void)
 		cmocka_unit_test_setup(store_new_retries_an_interrupted_getrandom, reset_wrap),
 		cmocka_unit_test_setup(store_hashes_under_the_key_getrandom_gave, reset_wrap),
 		cmocka_unit_test_setup(fnv1a_colliding_keys_spread_over_the_store, reset_wrap),
+		cmocka_unit_test_setup(a_value_held_by_a_send_outlives_its_overwrite_and_its_delete, reset_wrap),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,6 +21,49 @@ struct entry {
 	char key[];
 };
 
+/*
+ * A value's memory, counted: the store holds one reference, and a GET
+ * answered by reference (resp_store_value_get) holds one until its send
+ * released it, so an overwrite or a DEL meanwhile never frees bytes the
+ * kernel still reads. Counted atomically: the release runs on a loop
+ * thread, outside the store's lock.
+ */
+struct value {
+	uint32_t refs;
+	char data[];
+};
+
+static struct value *value_of(const char *data)
+{
+	return (struct value *)(void *)(data - offsetof(struct value, data));
+}
+
+static char *value_new(size_t cap)
+{
+	struct value *v = malloc(sizeof(*v) + (cap ? cap : 1));
+	if (!v)
+		return NULL;
+	v->refs = 1;
+	return v->data;
+}
+
+void resp_store_value_get(const char *val)
+{
+	__atomic_add_fetch(&value_of(val)->refs, 1, __ATOMIC_RELAXED);
+}
+
+void resp_store_value_put(const char *val)
+{
+	if (val && __atomic_sub_fetch(&value_of(val)->refs, 1, __ATOMIC_ACQ_REL) == 0)
+		free(value_of(val));
+}
+
+/* Whether only the store holds the value: it may be overwritten in place. */
+static bool value_unshared(const char *val)
+{
+	return __atomic_load_n(&value_of(val)->refs, __ATOMIC_ACQUIRE) == 1;
+}
+
 struct resp_store {
 	struct entry **buckets;
 	size_t nbuckets;  /* a power of two */
@@ -82,7 +125,7 @@ void resp_store_free(struct resp_store *s)
 	for (size_t b = 0; b < s->nbuckets; b++) {
 		for (struct entry *e = s->buckets[b], *next; e; e = next) {
 			next = e->next;
-			free(e->val);
+			resp_store_value_put(e->val);
 			free(e);
 		}
 	}
@@ -139,14 +182,14 @@ static void maybe_grow(struct resp_store *s)
 	s->nbuckets = n;
 }
 
-/* Stores val into e, reusing its memory when it fits. */
+/* Stores val into e, reusing its memory when it fits and no send still reads it. */
 static int put_value(struct entry *e, const char *val, size_t vlen)
 {
-	if (vlen > e->vcap || !e->val) {
-		char *v = malloc(vlen ? vlen : 1);
+	if (!e->val || vlen > e->vcap || !value_unshared(e->val)) {
+		char *v = value_new(vlen);
 		if (!v)
 			return -ENOMEM;
-		free(e->val);
+		resp_store_value_put(e->val);
 		e->val = v;
 		e->vcap = vlen;
 	}
@@ -193,7 +236,7 @@ int resp_store_del(struct resp_store *s, const char *key, size_t klen)
 	if (!e)
 		return 0;
 	*link = e->next;
-	free(e->val);
+	resp_store_value_put(e->val);
 	free(e);
 	s->count--;
 	return 1;
@@ -287,11 +330,37 @@ static int cmd_set(struct resp_store *s, const struct resp_cmd *c, struct perch_
 	return PUT_LIT(o, "+OK\r\n");
 }
 
+/* A value at least this long is sent from the store's memory, by reference; a shorter one is copied. */
+#define REPLY_REF_MIN (16u << 10)
+
+static void value_sent(void *arg, const void *data, size_t len)
+{
+	resp_store_value_put(data);
+}
+
+/* "$<len>\r\n<bytes>\r\n", the bytes staged by reference: the store's value, held until its send is done. */
+static int reply_bulk_ref(struct perch_pipe_writer *o, const char *v, size_t n)
+{
+	char b[32];
+	int rc = put(o, b, (size_t)snprintf(b, sizeof(b), "$%zu\r\n", n));
+	if (rc != 0)
+		return rc;
+	resp_store_value_get(v);
+	rc = perch_pipe_write_ref(o, v, n, value_sent, NULL);
+	if (rc != 0) {
+		resp_store_value_put(v); /* refused: nothing staged, no release will come */
+		return rc;
+	}
+	return PUT_LIT(o, "\r\n");
+}
+
 static int cmd_get(struct resp_store *s, const struct resp_cmd *c, struct perch_pipe_writer *o)
 {
 	size_t n;
 	const char *v = resp_store_get(s, c->argv[1].p, c->argv[1].len, &n);
-	return v ? reply_bulk(o, v, n) : PUT_LIT(o, "$-1\r\n");
+	if (!v)
+		return PUT_LIT(o, "$-1\r\n");
+	return n >= REPLY_REF_MIN ? reply_bulk_ref(o, v, n) : reply_bulk(o, v, n);
 }
 
 static int cmd_del(struct resp_store *s, const struct resp_cmd *c, struct perch_pipe_writer *o)

@@ -29,6 +29,15 @@ size_t resp_store_longest_chain(const struct resp_store *s);
 int resp_store_set(struct resp_store *s, const char *key, size_t klen, const char *val, size_t vlen);
 /* The value of key (valid until the next change of that key), *vlen set; NULL when absent. */
 const char *resp_store_get(const struct resp_store *s, const char *key, size_t klen, size_t *vlen);
+/*
+ * Takes a reference on a value resp_store_get returned: its bytes then stay
+ * valid (a later SET of the key writes a new value, a DEL leaves them)
+ * until resp_store_value_put drops it. Under the store's lock, as the get;
+ * the put may come from any thread.
+ */
+void resp_store_value_get(const char *val);
+/* Drops a reference resp_store_value_get took; the last frees the bytes. Any thread; NULL is ignored. */
+void resp_store_value_put(const char *val);
 /* Removes key. Returns 1 if it was there, 0 if not. */
 int resp_store_del(struct resp_store *s, const char *key, size_t klen);
 /*
