@@ -151,6 +151,13 @@ struct perch__backend {
 	void (*recv_pause)(struct perch__sock *s);
 	/* Sends s->tx_cur from s->tx_off: perch__loop_sent with each result. */
 	void (*send)(struct perch__sock *s);
+	/*
+	 * Optional: the send of `chain` finished. True when the backend keeps
+	 * the chain, because the kernel may still read its bytes (a zero-copy
+	 * send's notification is owed); it frees it later, on the loop thread,
+	 * with perch__conn_free_chain.
+	 */
+	bool (*send_keep)(struct perch__sock *s, struct perch__txbuf *chain);
 	/* Cancels everything; once the last completion came and the fd is closed: perch__loop_sock_closed. */
 	void (*close)(struct perch__sock *s);
 	/* Takes back a buffer given in a segment (loop thread). */
@@ -212,6 +219,10 @@ struct perch_loop {
 	struct {
 		uint64_t enobufs_parks;   /* recvs parked for want of buffers */
 		uint64_t own_receives;    /* recvs into the connection's own memory: its peer ended while it was parked */
+		uint64_t zerocopy_available; /* io_uring: 1 when the kernel has zero-copy sends (probed once) */
+		uint64_t zerocopy_sends;  /* io_uring: sends submitted zero-copy (SEND_ZC, SENDMSG_ZC) */
+		uint64_t zerocopy_notifs; /* io_uring: their notifications: the kernel let go of the bytes */
+		uint64_t zerocopy_refused; /* io_uring: sockets whose zero-copy send the kernel refused (Unix) */
 		uint64_t recv_pauses;     /* backpressure pauses */
 		uint64_t accept_errors;   /* failed accepts, every one */
 		uint64_t accept_pauses;   /* listeners paused for want of fds or memory */
@@ -276,6 +287,8 @@ bool perch__loop_recv_wanted(const struct perch__sock *s);
 void perch__loop_sent(struct perch__sock *s, int res);
 /* Fills iov from tx_cur/tx_off; returns the count. */
 int perch__loop_tx_iov(struct perch__sock *s, struct iovec *iov, int max);
+/* Whether the first `max` buffers from tx_cur hold a reference of at least opts.zerocopy_min unsent bytes. */
+bool perch__loop_tx_wants_zerocopy(const struct perch__sock *s, int max);
 /* Every completion of the socket came and its fd is closed: leaves the table. */
 void perch__loop_sock_closed(struct perch__sock *s);
 /*

@@ -54,6 +54,7 @@ static struct perch__txbuf *lend_new(const struct perch_conn *src, struct perch_
 	*(struct perch__lent_seg *)(void *)b->data = (struct perch__lent_seg){ .ops = src->ops, .seg = seg };
 	b->bytes = seg->data + off;
 	b->len = b->cap = seg->len - (uint32_t)off;
+	b->flags = 0;
 	return b;
 }
 

@@ -28,8 +28,11 @@ struct perch__txbuf {
 	uint8_t *bytes;
 	uint32_t len;
 	uint32_t cap;                  /* room at data; a lent segment's is its len: none left */
-	uint8_t data[];
+	uint32_t flags;                /* PERCH__TXBUF_REF: the caller's memory (perch_conn_write_ref) */
+	uint8_t data[] __attribute__((aligned(8))); /* a lent segment's record is kept here */
 };
+
+#define PERCH__TXBUF_REF 1u
 
 /* The staging buffer's usual size: a bigger write gets one buffer of its own size. */
 #define PERCH__TXBUF_CAP 4096u

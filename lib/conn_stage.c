@@ -68,6 +68,7 @@ struct perch__txbuf *perch__txbuf_new(size_t cap)
 	if (b) {
 		b->bytes = b->data;
 		b->cap = (uint32_t)cap;
+		b->flags = 0;
 	}
 	return b;
 }
@@ -138,6 +139,7 @@ int perch_conn_write_ref(struct perch_conn *c, const void *data, size_t len, per
 	b->next = NULL;
 	b->bytes = (uint8_t *)(uintptr_t)data; /* read only: sent, never written */
 	b->len = b->cap = (uint32_t)len;       /* no room: a later write starts a buffer of its own */
+	b->flags = PERCH__TXBUF_REF;
 	if (c->staged_tail)
 		c->staged_tail->next = b;
 	else

@@ -22,6 +22,16 @@ int perch__loop_tx_iov(struct perch__sock *s, struct iovec *iov, int max)
 	return n;
 }
 
+bool perch__loop_tx_wants_zerocopy(const struct perch__sock *s, int max)
+{
+	uint32_t off = s->tx_off;
+	int n = 0;
+	for (const struct perch__txbuf *b = s->tx_cur; b && n < max; b = b->next, off = 0, n++)
+		if ((b->flags & PERCH__TXBUF_REF) && b->len - off >= s->opts.zerocopy_min)
+			return true;
+	return false;
+}
+
 /* Skips `n` sent bytes; true when the whole chain is sent. */
 static bool tx_advance(struct perch__sock *s, size_t n)
 {
@@ -44,6 +54,9 @@ static void finish_send(struct perch__sock *s, int result)
 	PERCH_ASSERT(chain != NULL); /* one send in flight, and this is its end */
 	s->tx_chain = s->tx_cur = NULL;
 	s->tx_off = 0;
+	const struct perch__backend *be = s->loop->be;
+	if (be->send_keep && be->send_keep(s, chain))
+		chain = NULL; /* the kernel may still read it: the backend frees it later */
 	/* May drop the send's reference; the loop's keeps the socket alive. */
 	perch__conn_send_done(s->conn, chain, result);
 }

@@ -119,6 +119,8 @@ int perch__conn_opts_resolve(const struct perch_conn_opts *in, struct perch_conn
 		o.pause_bytes = DEFAULT_PAUSE_BYTES;
 	if (o.resume_bytes == 0)
 		o.resume_bytes = o.pause_bytes / 4;
+	if (o.zerocopy_min == 0)
+		o.zerocopy_min = PERCH_ZEROCOPY_MIN_DEFAULT;
 	if (o.resume_bytes >= o.pause_bytes || o.connect_timeout_ms > PERCH_CONNECT_TIMEOUT_MAX_MS)
 		return -EINVAL;
 	*out = o;

@@ -152,6 +152,7 @@ static void uring_destroy(struct perch_loop *loop)
 	/* Exiting the ring cancels what is left; the sockets it held go next, the buffers last. */
 	io_uring_queue_exit(&u->ring);
 	perch__loop_abandon_all(loop, NULL);
+	perch__uring_zc_free_all(u);
 	free(u->backlog);
 	free(u->br);
 	free(u->bufs);
@@ -172,6 +173,8 @@ static int uring_init(struct perch_loop *loop, const struct perch_loop_opts *opt
 		return rc;
 	}
 	loop->be_state = u;
+	u->loop = loop;
+	perch__uring_zc_probe(u);
 	rc = perch__uring_bufs_setup(loop, u, opts->buf_count, opts->buf_size);
 	if (rc != 0) {
 		uring_destroy(loop);
@@ -193,7 +196,13 @@ static void dispatch(struct perch_loop *loop, uint64_t ud, int res, uint32_t fla
 		perch__loop_woken(loop);
 		return;
 	}
-	struct perch__sock *s = perch__loop_sock(loop, UD_SLOT(ud), UD_GEN(ud));
+	if (op == OP_SEND_ZC && (flags & IORING_CQE_F_NOTIF)) {
+		perch__uring_zc_notified(u, UD_ZC_HOLD(ud)); /* its socket may be gone: the hold is all it needs */
+		return;
+	}
+	/* A zero-copy send's socket is its hold's: the send is in flight, so the socket is in the table. */
+	struct zc_hold *h = op == OP_SEND_ZC ? UD_ZC_HOLD(ud) : NULL;
+	struct perch__sock *s = h ? h->s : perch__loop_sock(loop, UD_SLOT(ud), UD_GEN(ud));
 	if (!s) {
 		/* A completion for a socket that has left: its buffer still goes back. */
 		if (flags & IORING_CQE_F_BUFFER) {
@@ -203,7 +212,8 @@ static void dispatch(struct perch_loop *loop, uint64_t ud, int res, uint32_t fla
 		}
 		return;
 	}
-	bool last = !(flags & IORING_CQE_F_MORE);
+	/* A zero-copy send's result ends the send, even when its notification is still to come. */
+	bool last = op == OP_SEND_ZC || !(flags & IORING_CQE_F_MORE);
 	struct usock *us = us_of(s);
 	if (last) {
 		PERCH_ASSERT(us->inflight > 0); /* every last completion is of an operation counted in flight */
@@ -216,6 +226,9 @@ static void dispatch(struct perch_loop *loop, uint64_t ud, int res, uint32_t fla
 	case OP_SEND:
 		us->flags &= ~F_SEND;
 		perch__loop_sent(s, res);
+		break;
+	case OP_SEND_ZC:
+		perch__uring_on_send_zc(h, res, flags);
 		break;
 	case OP_ACCEPT:
 		perch__uring_on_accept(s, res, last);
@@ -323,6 +336,7 @@ const struct perch__backend perch__uring_backend = {
 	.recv_arm = perch__uring_recv_arm,
 	.recv_pause = perch__uring_recv_pause,
 	.send = perch__uring_send,
+	.send_keep = perch__uring_zc_keep,
 	.close = perch__uring_close,
 	.buf_release = perch__uring_buf_release,
 };

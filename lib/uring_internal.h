@@ -3,6 +3,7 @@
 #define PERCH_LIB_URING_INTERNAL_H
 
 #include <liburing.h>
+#include <string.h>
 
 #include "backend.h"
 #include "invariant.h"
@@ -15,12 +16,16 @@
 #define SQE_RETRIES 16         /* submits a full SQ tries, each after emptying the CQ, before the ring is broken */
 
 /* user_data: op (8 bits) | generation (24 bits) | slot (32 bits). */
-enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL, OP_PAUSE_CANCEL, OP_HANGUP };
+enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL, OP_PAUSE_CANCEL, OP_HANGUP,
+	  OP_SEND_ZC };
 
 #define UD(op, s) (((uint64_t)(op) << 56) | ((uint64_t)((s)->gen & 0xffffff) << 32) | (s)->slot)
 #define UD_OP(ud) ((unsigned)((ud) >> 56))
 #define UD_GEN(ud) ((uint32_t)((ud) >> 32) & 0xffffff)
 #define UD_SLOT(ud) ((uint32_t)(ud))
+/* A zero-copy send's: op (8 bits) | its hold's address (below 2^56), so its notification finds its chain. */
+#define UD_ZC(h) (((uint64_t)OP_SEND_ZC << 56) | (uint64_t)(uintptr_t)(h))
+#define UD_ZC_HOLD(ud) ((struct zc_hold *)(uintptr_t)((ud) & ((UINT64_C(1) << 56) - 1)))
 
 /* usock.flags */
 #define F_RECV        1u   /* a recv is in flight */
@@ -30,18 +35,42 @@ enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL,
 #define F_SEND       16u   /* a send is in flight */
 #define F_CONNECT    32u   /* a connect is in flight */
 #define F_HANGUP     64u   /* a poll for the peer's end is in flight (armed while parked) */
+#define F_SEND_ZC   128u   /* ... the send in flight is zero-copy (its user_data is UD_ZC) */
+#define F_NO_ZC     256u   /* the kernel refused a zero-copy send on this socket: plain ones only */
+
+/*
+ * A chain some of whose sends went zero-copy: the kernel reads its bytes
+ * until each such send's notification comes, which may be after the send
+ * completed. Then the chain goes back (its references released).
+ */
+struct zc_hold {
+	struct zc_hold *prev, *next; /* on uring.zc_holds, so a loop's free finds it */
+	struct perch__sock *s;       /* while its send is the socket's; NULL once the chain is kept */
+	struct perch__txbuf *chain;  /* set once its send finished */
+	uint32_t owed;               /* notifications the kernel announced (F_MORE) and has not sent */
+};
 
 /* This backend's state for one socket, kept after the loop's (perch__sock_be). */
 struct usock {
 	uint32_t inflight;           /* operations whose last completion has not come */
 	uint32_t flags;              /* F_* */
 	struct msghdr msg;           /* a send of several buffers */
+	struct zc_hold *zc;          /* the chain being sent, once a send of it went zero-copy */
 	struct iovec iov[PERCH__TX_IOV];
 };
 
 static inline struct usock *us_of(struct perch__sock *s)
 {
 	return perch__sock_be(s);
+}
+
+/* The msghdr of a send of us->iov[0..n). */
+static inline struct msghdr *perch__uring_send_msg(struct usock *us, int n)
+{
+	memset(&us->msg, 0, sizeof(us->msg));
+	us->msg.msg_iov = us->iov;
+	us->msg.msg_iovlen = (size_t)n;
+	return &us->msg;
 }
 
 struct uring {
@@ -72,6 +101,8 @@ struct uring {
 	uint64_t parks_at_check;     /* stats.enobufs_parks then: an ENOBUFS since means not quiet */
 	struct perch__park_list parked; /* ENOBUFS, FIFO: first parked, first served */
 	uint64_t wake_val;
+	bool zerocopy;               /* the kernel has SEND_ZC and SENDMSG_ZC (probed at init) */
+	struct zc_hold *zc_holds;    /* every hold, until its chain went back */
 	struct cqe_copy *backlog;    /* CQEs taken off a full CQ to free it, not yet dispatched */
 	size_t nbacklog, capbacklog;
 };
@@ -159,5 +190,20 @@ void perch__uring_on_recv(struct uring *u, struct perch__sock *s, int res, uint3
 void perch__uring_on_accept(struct perch__sock *s, int res, bool last);
 /* The poll for a parked socket's peer ending completed with `res` (its events, or -errno). */
 void perch__uring_on_hangup(struct uring *u, struct perch__sock *s, int res);
+
+/* ---- zero-copy sends (lib/uring_zc.c) ---- */
+
+/* Whether the kernel has zero-copy sends; sets u->zerocopy (init, before the ring is enabled). */
+void perch__uring_zc_probe(struct uring *u);
+/* Preps `sqe` as a zero-copy send of us->iov[0..n) when s's bytes want one; false: prep a plain one. */
+bool perch__uring_zc_prep(struct uring *u, struct perch__sock *s, struct io_uring_sqe *sqe, int n);
+/* A zero-copy send's result CQE (its socket's send ends here). */
+void perch__uring_on_send_zc(struct zc_hold *h, int res, uint32_t flags);
+/* A zero-copy send's notification (IORING_CQE_F_NOTIF): the kernel let go of its bytes. */
+void perch__uring_zc_notified(struct uring *u, struct zc_hold *h);
+/* backend.send_keep: keeps a finished chain whose notifications are owed. */
+bool perch__uring_zc_keep(struct perch__sock *s, struct perch__txbuf *chain);
+/* The loop's free, after every socket went: gives back every chain still held. */
+void perch__uring_zc_free_all(struct uring *u);
 
 #endif /* PERCH_LIB_URING_INTERNAL_H */

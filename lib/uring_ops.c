@@ -160,14 +160,16 @@ void perch__uring_send(struct perch__sock *s)
 	if (!sqe)
 		return; /* the ring is broken: the loop's free settles the send (perch__loop_abandon_all) */
 	int n = perch__loop_tx_iov(s, us->iov, PERCH__TX_IOV);
+	if (perch__uring_zc_prep(st_of(s->loop), s, sqe, n)) {
+		us->flags |= F_SEND;
+		us->inflight++;
+		return;
+	}
 	if (n == 1) {
 		/* One buffer (a typical reply): a plain send spares the kernel copying a msghdr and importing an iovec. */
 		io_uring_prep_send(sqe, s->fd, us->iov[0].iov_base, us->iov[0].iov_len, MSG_NOSIGNAL);
 	} else {
-		memset(&us->msg, 0, sizeof(us->msg));
-		us->msg.msg_iov = us->iov;
-		us->msg.msg_iovlen = (size_t)n;
-		io_uring_prep_sendmsg(sqe, s->fd, &us->msg, MSG_NOSIGNAL);
+		io_uring_prep_sendmsg(sqe, s->fd, perch__uring_send_msg(us, n), MSG_NOSIGNAL);
 	}
 	io_uring_sqe_set_data64(sqe, UD(OP_SEND, s));
 	us->flags |= F_SEND;
@@ -200,14 +202,14 @@ void perch__uring_connect(struct perch__sock *s)
 	us_of(s)->inflight++;
 }
 
-/* Submits a cancel of this socket's operation `op` (or, with op 0, a no-op), counted in flight. */
-static bool close_cancel(struct uring *u, struct perch__sock *s, enum op op)
+/* Submits a cancel of the operation whose user_data is `target` (or, with 0, a no-op), counted in flight. */
+static bool close_cancel(struct uring *u, struct perch__sock *s, uint64_t target)
 {
 	struct io_uring_sqe *sqe = perch__uring_sqe_get(u);
 	if (!sqe)
 		return false; /* the ring is broken: the loop's free finalizes the socket */
-	if (op)
-		io_uring_prep_cancel64(sqe, UD(op, s), 0);
+	if (target)
+		io_uring_prep_cancel64(sqe, target, 0);
 	else
 		io_uring_prep_nop(sqe);
 	io_uring_sqe_set_data64(sqe, UD(OP_CLOSE_CANCEL, s));
@@ -237,7 +239,8 @@ void perch__uring_close(struct perch__sock *s)
 	for (size_t i = 0; i < sizeof(in_flight) / sizeof(in_flight[0]); i++) {
 		if (!(flags & in_flight[i].flag))
 			continue;
-		if (!close_cancel(u, s, in_flight[i].op))
+		bool zc = in_flight[i].op == OP_SEND && (flags & F_SEND_ZC);
+		if (!close_cancel(u, s, zc ? UD_ZC(us_of(s)->zc) : UD(in_flight[i].op, s)))
 			return;
 		any = true;
 	}

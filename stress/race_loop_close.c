@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <arpa/inet.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -62,6 +63,9 @@ static int lc_fd(struct perch_conn *c)
 	return fd >= 0 && fd < LC_FDS ? fd : 0;
 }
 #define FINALIZE_WAIT_MS 2000
+#define ZC_WRITE 256 /* a referenced write's bytes: zerocopy_min is 1 on the zero-copy race's pool */
+
+typedef __typeof__(((struct perch_loop *)0)->stats) lc_stats_t;
 
 struct lc_state {
 	struct lu_loop l;
@@ -92,6 +96,15 @@ struct lc_state {
 	struct race *race;             /* for the batch judgement (set by the judge) */
 	struct perch_read_result res;
 	int rc;
+	struct perch_conn_opts copts;  /* the pool's connections' */
+	lc_stats_t stats;              /* the loop's, copied on its thread */
+	bool zc_race;                  /* the round flushes a referenced write, sent zero-copy */
+	struct lc_ref {
+		uint32_t releases;
+		uint32_t *deliveries;      /* the round's flusher's */
+		uint32_t after_delivery;   /* the release came after the flush was signalled */
+		uint8_t bytes[ZC_WRITE];
+	} refs[POOL];
 };
 
 static bool judge_late(struct race *r, struct lc_state *s, uint32_t i);
@@ -153,7 +166,7 @@ static void refill(struct lc_state *s)
 	release_peers(s);
 	perch__store_u32(&s->connected, 0);
 	for (int i = 0; i < POOL; i++)
-		if (perch_connect(s->l.loop, "127.0.0.1", s->port, NULL, lc_connected, s) != 0)
+		if (perch_connect(s->l.loop, "127.0.0.1", s->port, &s->copts, lc_connected, s) != 0)
 			abort();
 	wait_count(&s->connected, POOL);
 	wait_count(&s->accepted, POOL);
@@ -179,10 +192,39 @@ static void *lc_create(void)
 	return s;
 }
 
+/* The zero-copy race's: the pool's connections send every referenced write zero-copy where the loop can. */
+static void *lc_create_zc(void)
+{
+	struct lc_state *s = lc_create();
+	s->copts.zerocopy_min = 1;
+	return s;
+}
+
+static void lc_copy_stats(void *arg)
+{
+	struct lc_state *s = arg;
+	s->stats = s->l.loop->stats;
+}
+
+/* A zero-copy race that sent nothing zero-copy on a loop that can proved nothing. */
+static void lc_judge_zc_sends(struct lc_state *s)
+{
+	if (!s->race || lu_on_loop(&s->l, lc_copy_stats, s) != 0)
+		return;
+	lc_stats_t st = s->stats;
+	fprintf(stderr, "race_loop_close: %llu zero-copy sends, %llu notifications\n",
+		(unsigned long long)st.zerocopy_sends, (unsigned long long)st.zerocopy_notifs);
+	if (st.zerocopy_available && strcmp(perch_loop_backend_name(s->l.loop), "io_uring") == 0 &&
+	    st.zerocopy_sends == 0)
+		race_fail(s->race, 0, "no send went zero-copy");
+}
+
 static void lc_destroy(void *p)
 {
 	struct lc_state *s = p;
 	judge_batch(s);
+	if (s->zc_race)
+		lc_judge_zc_sends(s);
 	for (uint32_t i = s->next; i < POOL; i++)
 		perch_conn_release(s->pool[i]);
 	release_peers(s);
@@ -224,6 +266,26 @@ static void lc_setup_staged(void *p, uint64_t round)
 	lc_setup(p, round);
 	s->flush_race = true;
 	perch_conn_write(s->c, "x", 1);
+}
+
+static void lc_ref_released(void *arg, const void *data, size_t len)
+{
+	struct lc_ref *ref = arg;
+	perch__store_u32(&ref->after_delivery, perch__load_u32(ref->deliveries) > 0);
+	perch__faa_u32(&ref->releases, 1);
+}
+
+static void lc_setup_zc(void *p, uint64_t round)
+{
+	struct lc_state *s = p;
+	lc_setup(p, round);
+	s->flush_race = s->zc_race = true;
+	struct lc_ref *ref = &s->refs[s->at];
+	perch__store_u32(&ref->releases, 0);
+	perch__store_u32(&ref->after_delivery, 0);
+	ref->deliveries = &s->flushers[s->at].deliveries;
+	if (perch_conn_write_ref(s->c, ref->bytes, ZC_WRITE, lc_ref_released, ref) != 0)
+		abort();
 }
 
 static void lc_setup_pipe_reader(void *p, uint64_t round)
@@ -364,6 +426,27 @@ static void flush_off_loop(void *p, uint64_t round)
 static void close_off_loop(void *p, uint64_t round)
 {
 	perch_conn_close(((struct lc_state *)p)->c);
+}
+
+/*
+ * A referenced write's memory goes back exactly once, whoever ended its
+ * use: the flush refused, the close cancelling the send, or the kernel's
+ * notification after the send, which may come after the socket is gone.
+ * A plain send's chain is released before its flush is signalled; a
+ * zero-copy send's only once its notification came, after the signal: a
+ * release after the delivery is the zero-copy path (the named window).
+ */
+static void judge_zc_late(struct race *r, struct lc_state *s, uint32_t i)
+{
+	struct lc_ref *ref = &s->refs[i];
+	double deadline = lc_now_ms() + FINALIZE_WAIT_MS;
+	while (perch__load_u32(&ref->releases) == 0 && lc_now_ms() < deadline)
+		usleep(100);
+	uint32_t n = perch__load_u32(&ref->releases);
+	if (n != 1)
+		race_fail(r, s->rounds[i], "the referenced write was released %u times", n);
+	else if (perch__load_u32(&ref->after_delivery))
+		race_branch(r, 4);
 }
 
 /*
@@ -527,6 +610,8 @@ static bool judge_late(struct race *r, struct lc_state *s, uint32_t i)
 				  s->rcs[i], f->deliveries);
 		else if (want)
 			race_branch(r, f->last_result == 0 ? 2 : 1);
+		if (s->zc_race)
+			judge_zc_late(r, s, i);
 		return true;
 	}
 	struct perch_read_result after;
@@ -752,4 +837,15 @@ const struct race_def race_loop_flush_vs_close = {
 	.branch_names = { "refused at once (-EPIPE)", "parked, close signalled -EPIPE",
 			  "parked, the send completed first",
 			  "parked, unsignalled when the round ended" },
+};
+
+const struct race_def race_loop_zc_flush_vs_close = {
+	.name = "loop_zerocopy: a zero-copy write's flush races close; released once",
+	.actors = 2, .outside_thread = true, .create = lc_create_zc, .destroy = lc_destroy, .setup = lc_setup_zc,
+	.actor = { flush_off_loop, close_off_loop }, .judge = judge_flush_vs_close,
+	.branch_names = { "refused at once (-EPIPE)", "parked, close signalled -EPIPE",
+			  "parked, the send completed first",
+			  "parked, unsignalled when the round ended",
+			  "released after the flush's signal (held for the kernel's notification)" },
+	.window_branch = 5,
 };

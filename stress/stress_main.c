@@ -13,7 +13,8 @@ extern const struct race_def race_read_vs_bytes, race_read_vs_fin, race_read_vs_
 	race_mem_flush_vs_reader_complete, race_mem_flush_vs_reader_complete_read_parked,
 	race_pipe_cancel_vs_next_flush, race_pipe_second_flush_vs_send_done, race_pipe_read_or_wait_vs_bytes,
 	race_loop_owner_claim,
-	race_forward_vs_close, race_loop_shutdown_vs_close, race_loop_shutdown_vs_flush;
+	race_forward_vs_close, race_loop_shutdown_vs_close, race_loop_shutdown_vs_flush,
+	race_loop_zc_flush_vs_close;
 
 int main(int argc, char **argv)
 {
@@ -37,6 +38,7 @@ int main(int argc, char **argv)
 		&race_vtask_two_registrations,
 		&race_loop_read_vs_close,
 		&race_loop_flush_vs_close,
+		&race_loop_zc_flush_vs_close,
 		&race_pipe_read_vs_close,
 		&race_pipe_flush_vs_close,
 		&race_mem_flush_vs_consume,

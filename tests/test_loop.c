@@ -1616,18 +1616,61 @@ struct big_send {
 	struct slow_reader r;
 	uint8_t *out;
 	struct counted_flush f;
-	uint32_t releases;            /* a referenced write's (BIG_REF) */
+	uint32_t releases;            /* a referenced write's (BIG_REF, BIG_ZC) */
 	bool released_on_loop;
+	uint64_t zc_owed_at_release;  /* zero-copy notifications the loop still awaited then */
 };
 
-/* write_size BIG_REF: the BIG_N bytes are one referenced write, the caller's memory sent in place. */
-enum { BIG_N = 8 * 1024 * 1024, BIG_W = 4096, BIG_REF = 0 };
+/*
+ * write_size BIG_REF: the BIG_N bytes are one referenced write, the
+ * caller's memory sent in place; BIG_ZC: the same on a connection whose
+ * zerocopy_min lets it go zero-copy (io_uring, where the kernel has it).
+ */
+enum { BIG_N = 8 * 1024 * 1024, BIG_W = 4096, BIG_REF = 0, BIG_ZC = 1 };
 
 static void big_send_released(void *arg, const void *data, size_t len)
 {
 	struct big_send *b = arg;
 	b->released_on_loop = pthread_equal(pthread_self(), b->l.th) && data == b->out && len == BIG_N;
+	b->zc_owed_at_release = b->l.loop->stats.zerocopy_sends - b->l.loop->stats.zerocopy_notifs;
 	perch__faa_u32(&b->releases, 1);
+}
+
+/* Whether this loop tries zero-copy sends: io_uring on a kernel that has them. */
+static bool tries_zerocopy(struct lu_loop *l)
+{
+	return strcmp(perch_loop_backend_name(l->loop), "io_uring") == 0 && loop_stats(l).zerocopy_available;
+}
+
+/* Whether they go: on a Unix socket the kernel refuses the first, and the socket sends plain after. */
+static bool sends_zerocopy(struct lu_loop *l)
+{
+#ifdef LU_UNIX
+	return false;
+#else
+	return tries_zerocopy(l);
+#endif
+}
+
+/*
+ * A BIG_ZC send went zero-copy where the loop can (else plain), and its
+ * release waited for every notification; any other sent nothing zero-copy.
+ */
+static void big_send_zerocopy_checked(struct big_send *b, size_t write_size)
+{
+	loop_stats_t st = loop_stats(&b->l);
+	print_message("%s: %llu zero-copy sends, %llu notifications\n", perch_loop_backend_name(b->l.loop),
+		      (unsigned long long)st.zerocopy_sends, (unsigned long long)st.zerocopy_notifs);
+	if (write_size == BIG_ZC && sends_zerocopy(&b->l)) {
+		assert_true(st.zerocopy_sends > 0);
+	} else if (write_size == BIG_ZC && tries_zerocopy(&b->l)) {
+		assert_int_equal(st.zerocopy_sends, 1); /* refused once, then plain */
+		assert_int_equal(st.zerocopy_refused, 1);
+	} else {
+		assert_int_equal(st.zerocopy_sends, 0);
+	}
+	assert_int_equal(b->zc_owed_at_release, 0);
+	assert_int_equal(st.zerocopy_notifs, st.zerocopy_sends); /* a refused one's too (kernel 6.18) */
 }
 
 /* A referenced write's memory was released once, on the loop's thread, by now or within the timeout. */
@@ -1645,7 +1688,9 @@ static void big_send_open(struct big_send *b, size_t write_size)
 	memset(b, 0, sizeof(*b));
 	assert_int_equal(lu_start(&b->l, NULL), 0);
 	b->lfd = plain_listener(1);
-	b->c = test_connect_fd(&b->l, b->lfd, NULL);
+	/* Exactly the write's size: its first send goes zero-copy, a resumed one (shorter) plain. */
+	struct perch_conn_opts zc = { .zerocopy_min = BIG_N }, plain = { .zerocopy_min = PERCH_ZEROCOPY_OFF };
+	b->c = test_connect_fd(&b->l, b->lfd, write_size == BIG_ZC ? &zc : &plain);
 	assert_non_null(b->c);
 	b->r.fd = accept(b->lfd, NULL, NULL);
 	assert_true(b->r.fd >= 0);
@@ -1656,9 +1701,10 @@ static void big_send_open(struct big_send *b, size_t write_size)
 	b->r.in = malloc(BIG_N);
 	b->out = malloc(BIG_N);
 	lu_fill(b->out, BIG_N);
-	if (write_size == BIG_REF)
+	bool by_ref = write_size == BIG_REF || write_size == BIG_ZC;
+	if (by_ref)
 		assert_int_equal(perch_conn_write_ref(b->c, b->out, BIG_N, big_send_released, b), 0);
-	for (size_t off = 0; write_size != BIG_REF && off < BIG_N; off += write_size)
+	for (size_t off = 0; !by_ref && off < BIG_N; off += write_size)
 		assert_int_equal(perch_conn_write(b->c, b->out + off, write_size), 0);
 	b->f.fl.on_parking = counted_flush_parking;
 	b->f.fl.on_flush_done = counted_flush_done;
@@ -1668,7 +1714,8 @@ static void big_send_open(struct big_send *b, size_t write_size)
 static void big_send_close(struct big_send *b)
 {
 	perch_conn_release(b->c);
-	close(b->r.fd);
+	if (b->r.fd >= 0)
+		close(b->r.fd);
 	close(b->lfd);
 	assert_int_equal(lu_stop(&b->l), 0);
 	sem_destroy(&b->f.done);
@@ -1690,8 +1737,10 @@ static void big_send_to_a_slow_reader(size_t write_size)
 	assert_int_equal(b.r.got, BIG_N);
 	assert_memory_equal(b.r.in, b.out, BIG_N);
 	assert_int_equal(perch__load_u32(&b.f.deliveries), 1);
-	if (write_size == BIG_REF)
+	if (write_size == BIG_REF || write_size == BIG_ZC) {
 		big_send_released_once(&b);
+		big_send_zerocopy_checked(&b, write_size);
+	}
 	big_send_close(&b);
 }
 
@@ -1711,6 +1760,12 @@ static void flush_of_8mib_in_one_buffer_reaches_a_slow_reader_whole_and_in_order
 static void a_referenced_8mib_write_reaches_a_slow_reader_whole_and_is_released_once(void **state)
 {
 	big_send_to_a_slow_reader(BIG_REF);
+}
+
+/* The same sent zero-copy (SEND_ZC, resumed after each short send): released once, after the last notification. */
+static void a_zerocopy_8mib_write_reaches_a_slow_reader_whole_and_is_released_after_its_notifications(void **state)
+{
+	big_send_to_a_slow_reader(BIG_ZC);
 }
 
 /*
@@ -1740,8 +1795,22 @@ static void big_send_closed_while_stuck(size_t write_size)
 	assert_int_equal(perch__load_u32(&b.c->refs), 1);
 	/* send_done delivers before it drops the send's reference: any second delivery came by now. */
 	assert_int_equal(perch__load_u32(&b.f.deliveries), 1);
-	if (write_size == BIG_REF)
+	if (write_size == BIG_ZC) {
+		/*
+		 * Delivered on this host, the bytes the peer has not read are the
+		 * caller's pages still: the kernel lets go of them when the peer
+		 * reads or closes, so the release waits for the peer's close.
+		 */
+		usleep(50 * 1000);
+		if (sends_zerocopy(&b.l))
+			assert_int_equal(perch__load_u32(&b.releases), 0);
+		close(b.r.fd);
+		b.r.fd = -1;
+	}
+	if (write_size == BIG_REF || write_size == BIG_ZC) {
 		big_send_released_once(&b);
+		big_send_zerocopy_checked(&b, write_size);
+	}
 	big_send_close(&b);
 }
 
@@ -1754,6 +1823,42 @@ static void close_during_a_stuck_send_fails_the_flush_once_and_returns_every_ref
 static void close_during_a_stuck_referenced_send_releases_the_memory_once(void **state)
 {
 	big_send_closed_while_stuck(BIG_REF);
+}
+
+/* A zero-copy send stuck when the conn closes: the cancel ends it, the memory goes back after its notifications. */
+static void close_during_a_stuck_zerocopy_send_releases_the_memory_after_its_notifications(void **state)
+{
+	big_send_closed_while_stuck(BIG_ZC);
+}
+
+/*
+ * The loop is freed while the peer has read none of a zero-copy write: no
+ * notification can come once the ring is gone, and the free releases the
+ * memory (once, on the loop's thread), the kernel keeping its own hold.
+ */
+static void a_loop_freed_before_the_kernel_let_go_of_a_zerocopy_write_releases_it_once(void **state)
+{
+	struct big_send b;
+	big_send_open(&b, BIG_ZC);
+	assert_int_equal(perch_conn_try_flush_or_park(b.c, &b.f.fl), PERCH_PENDING);
+	int queued = 0;
+	for (int i = 0; i < LU_TIMEOUT_MS && queued == 0; i++) {
+		usleep(1000);
+		ioctl(b.r.fd, FIONREAD, &queued);
+	}
+	assert_true(queued > 0);
+	bool zc = sends_zerocopy(&b.l);
+	perch_conn_release(b.c);
+	assert_int_equal(lu_stop(&b.l), 0);
+	if (zc)
+		assert_int_equal(b.zc_owed_at_release, 1); /* the ring went with its notification owed */
+	assert_int_equal(perch__load_u32(&b.releases), 1);
+	assert_true(b.released_on_loop);
+	close(b.r.fd);
+	close(b.lfd);
+	sem_destroy(&b.f.done);
+	free(b.r.in);
+	free(b.out);
 }
 
 /* The same with one 8 MiB buffer: the single-buffer send on io_uring. */
@@ -2693,6 +2798,9 @@ int main(void)
 		cmocka_unit_test(close_during_a_stuck_send_fails_the_flush_once_and_returns_every_reference),
 		cmocka_unit_test(a_referenced_8mib_write_reaches_a_slow_reader_whole_and_is_released_once),
 		cmocka_unit_test(close_during_a_stuck_referenced_send_releases_the_memory_once),
+		cmocka_unit_test(a_zerocopy_8mib_write_reaches_a_slow_reader_whole_and_is_released_after_its_notifications),
+		cmocka_unit_test(close_during_a_stuck_zerocopy_send_releases_the_memory_after_its_notifications),
+		cmocka_unit_test(a_loop_freed_before_the_kernel_let_go_of_a_zerocopy_write_releases_it_once),
 		cmocka_unit_test(flush_of_8mib_in_one_buffer_reaches_a_slow_reader_whole_and_in_order),
 		cmocka_unit_test(close_during_a_stuck_one_buffer_send_fails_the_flush_once),
 		cmocka_unit_test(staging_on_the_loop_thread_reuses_what_sends_gave_back_and_the_pool_is_bounded),

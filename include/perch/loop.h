@@ -71,7 +71,28 @@ struct perch_conn_opts {
 				    * bulk streams. Fixed for the connection's life (not to be
 				    * changed through perch_conn_fd); a listener's is its accepted
 				    * ones' (doc/loop.md, "TCP_NODELAY") */
+	size_t zerocopy_min;       /* io_uring, TCP: a referenced write (perch_conn_write_ref) of
+				    * at least this many bytes goes out as a zero-copy send where
+				    * the kernel has one (IORING_OP_SEND_ZC), its release then
+				    * waiting for the kernel's notification; 0: the default,
+				    * PERCH_ZEROCOPY_MIN_DEFAULT (off); PERCH_ZEROCOPY_OFF: never.
+				    * Smaller references, and every reference on epoll, are
+				    * sent from the caller's memory by a plain send (no copy
+				    * by perch either way; doc/loop.md, "Zero-copy sends") */
 };
+
+/* perch_conn_opts.zerocopy_min: never send zero-copy. */
+#define PERCH_ZEROCOPY_OFF SIZE_MAX
+/*
+ * perch_conn_opts.zerocopy_min's default: off. Measured here (bench/run.sh
+ * zerocopy, loopback) zero-copy sends cost the server's core more than
+ * plain sends at every size from 16 KiB to 4 MiB: the kernel copies
+ * zero-copy pages when it delivers them to a local socket, so only the
+ * pinning and the notification are left. Over a real NIC, set it (the
+ * kernel's MSG_ZEROCOPY notes put the gain above about 10 KB a write);
+ * doc/loop.md, "Zero-copy sends", has the figures.
+ */
+#define PERCH_ZEROCOPY_MIN_DEFAULT PERCH_ZEROCOPY_OFF
 
 /* The longest connect_timeout_ms: a day. */
 #define PERCH_CONNECT_TIMEOUT_MAX_MS (24u * 60 * 60 * 1000)
