@@ -354,7 +354,8 @@ int serve_start(const struct serve_opts *o, const struct serve_proto *proto, voi
 	srv->proto = proto;
 	srv->app = app;
 	srv->idle_timeout_ms = o->idle_timeout_ms;
-	srv->conn_opts = (struct perch_conn_opts){ .recv_mode = o->recv, .nagle = o->nagle };
+	srv->conn_opts = (struct perch_conn_opts){ .recv_mode = o->recv, .nagle = o->nagle,
+						   .zerocopy_min = o->zerocopy_min };
 	srv->nworkers = o->threads;
 	for (int i = 0; i < o->threads && rc == 0; i++)
 		rc = worker_init(srv, i, o);
@@ -411,7 +412,7 @@ static void usage(const char *prog)
 	fprintf(stderr,
 		"usage: %s [--listen tcp:HOST:PORT|unix:PATH | --port P] [--host ADDR] [--threads N]\n"
 		"       [--backend uring|io_uring|epoll] [--recv multishot|singleshot] [--idle-timeout MS]\n"
-		"       [--nagle]%s%s\n"
+		"       [--nagle] [--zerocopy-min BYTES|off]%s%s\n"
 		"  --listen tcp:HOST:PORT  TCP on a numeric address ([V6]:PORT for IPv6; port 0: the\n"
 		"                 kernel picks one, printed at start)\n"
 		"  --listen unix:PATH  a Unix socket (unix:@NAME: an abstract name); a stale socket\n"
@@ -427,6 +428,8 @@ static void usage(const char *prog)
 		"                 at most 86400000, a day)\n"
 		"  --nagle        keep Nagle's algorithm instead of TCP_NODELAY (the default): fuller\n"
 		"                 segments for bulk streams; a small answer may wait for the peer's ACK\n"
+		"  --zerocopy-min BYTES|off  io_uring: an answer sent by reference this long or longer\n"
+		"                 goes out zero-copy (SEND_ZC; default: off, the library's)\n"
 		"%s",
 		prog, serve_extra_synopsis ? " " : "", serve_extra_synopsis ? serve_extra_synopsis : "",
 		serve_extra_usage ? serve_extra_usage : "");
@@ -509,7 +512,7 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 		{ "threads", required_argument, NULL, 't' }, { "backend", required_argument, NULL, 'b' },
 		{ "recv", required_argument, NULL, 'r' },    { "help", no_argument, NULL, 'h' },
 		{ "idle-timeout", required_argument, NULL, 'i' }, { "nagle", no_argument, NULL, 'n' },
-		{ "listen", required_argument, NULL, 'l' },
+		{ "listen", required_argument, NULL, 'l' }, { "zerocopy-min", required_argument, NULL, 'z' },
 		{ NULL, 0, NULL, 0 },
 	};
 	serve_opts_default(o);
@@ -558,6 +561,14 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 			break;
 		case 'n':
 			o->nagle = true;
+			break;
+		case 'z':
+			if (strcmp(optarg, "off") == 0)
+				o->zerocopy_min = PERCH_ZEROCOPY_OFF;
+			else if ((v = parse_num(optarg, 1, UINT32_MAX)) < 0)
+				goto bad;
+			else
+				o->zerocopy_min = (size_t)v;
 			break;
 		case 'h':
 			usage(prog);

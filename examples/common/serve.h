@@ -44,6 +44,12 @@ struct serve_opts {
 	 * two, at most 32768); 0: the library's default, 512.
 	 */
 	uint32_t recv_buffers;
+	/*
+	 * perch_conn_opts.zerocopy_min of every connection: a referenced write
+	 * this long or longer goes out zero-copy on io_uring; 0: the
+	 * library's default; PERCH_ZEROCOPY_OFF: never.
+	 */
+	size_t zerocopy_min;
 };
 
 #define SERVE_IDLE_TIMEOUT_MS 60000u

@@ -330,8 +330,7 @@ static int cmd_set(struct resp_store *s, const struct resp_cmd *c, struct perch_
 	return PUT_LIT(o, "+OK\r\n");
 }
 
-/* A value at least this long is sent from the store's memory, by reference; a shorter one is copied. */
-#define REPLY_REF_MIN (16u << 10)
+size_t resp_reply_ref_min = RESP_REPLY_REF_MIN;
 
 static void value_sent(void *arg, const void *data, size_t len)
 {
@@ -360,7 +359,7 @@ static int cmd_get(struct resp_store *s, const struct resp_cmd *c, struct perch_
 	const char *v = resp_store_get(s, c->argv[1].p, c->argv[1].len, &n);
 	if (!v)
 		return PUT_LIT(o, "$-1\r\n");
-	return n >= REPLY_REF_MIN ? reply_bulk_ref(o, v, n) : reply_bulk(o, v, n);
+	return n >= resp_reply_ref_min ? reply_bulk_ref(o, v, n) : reply_bulk(o, v, n);
 }
 
 static int cmd_del(struct resp_store *s, const struct resp_cmd *c, struct perch_pipe_writer *o)

@@ -59,6 +59,15 @@ int resp_store_incr(struct resp_store *s, const char *key, size_t klen, int64_t 
  */
 int resp_execute(struct resp_store *s, const struct resp_cmd *cmd, struct perch_pipe_writer *w);
 
+/*
+ * A GET's value at least this long is staged by reference (sent from the
+ * store's memory, held until its send is done); a shorter one is copied.
+ * RESP_REPLY_REF_MIN by default; SIZE_MAX copies every value. Set it
+ * before the server starts.
+ */
+extern size_t resp_reply_ref_min;
+#define RESP_REPLY_REF_MIN (16u << 10)
+
 /* Stages "-ERR <msg>\r\n" (a protocol error from resp_parse, say). Returns as resp_execute. */
 int resp_reply_error(struct perch_pipe_writer *w, const char *msg);
 
