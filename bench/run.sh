@@ -20,6 +20,11 @@ Scenarios (default: all of them, in this order):
           against perch echo's three receive paths and both baselines
   unix    the echo scenario's loads over a Unix socket beside loopback TCP: perch echo, and
           both baselines (--unix PATH), each on TCP then on a Unix socket, in the same rounds
+  zerocopy  large GETs (ZC_SIZES, default 16 KiB to 1 MiB; redis-benchmark -c ZC_CONNS=8,
+          ZC_BYTES=1 GiB of values a load) from perch resp four ways: values copied into the
+          writer (--copy), sent by reference with plain sends (--zerocopy-min off), by reference
+          with SEND_ZC (--zerocopy-min 1), and by reference on epoll; the crossover that sets
+          perch_conn_opts.zerocopy_min's default; ZC_WAYS picks some of the four (not in the default set)
   hostile bench/partial_client: HOSTILE_CONNS=10000 connections each holding the start of a
           request, and meanwhile HOSTILE_PROBES=200 normal requests timed one at a time (p50, p99,
           worst); then how long after their close the server's fds are back to where they were,
@@ -85,6 +90,8 @@ STREAM_CONNS=${STREAM_CONNS:-8} STREAM_SIZE=${STREAM_SIZE:-4096}
 HTTP_CONNS=${HTTP_CONNS:-50}
 HOSTILE_CONNS=${HOSTILE_CONNS:-10000} HOSTILE_PROBES=${HOSTILE_PROBES:-200}
 RESP_TESTS=${RESP_TESTS:-ping_mbulk set get} RESP_N1=${RESP_N1:-100000} RESP_N16=${RESP_N16:-1000000}
+ZC_SIZES=${ZC_SIZES:-16384 65536 262144 1048576} ZC_CONNS=${ZC_CONNS:-8} ZC_BYTES=${ZC_BYTES:-1073741824}
+ZC_WAYS=${ZC_WAYS:-copy ref ref-zc ref-epoll}
 BOUND_UTIL=${BOUND_UTIL:-0.90} # a server under this share of its core (of its quota) was not what bounded the load
 CONTEND=${CONTEND:-0.10}         # other work taking this share of the server's or the client's core contends the row
 QUOTA=${PERCH_BENCH_SERVER_QUOTA:-} # percent of one CPU for every server, empty: no quota
@@ -105,7 +112,7 @@ BUILD=$(readlink -f "$BUILD")
 SCENARIOS=("$@")
 ((${#SCENARIOS[@]})) || SCENARIOS=(echo http resp flood unix)
 for s in "${SCENARIOS[@]}"; do
-	[[ $s =~ ^(echo|http|resp|flood|unix|hostile)$ ]] || { echo "run.sh: unknown scenario '$s'" >&2; usage; }
+	[[ $s =~ ^(echo|http|resp|flood|unix|hostile|zerocopy)$ ]] || { echo "run.sh: unknown scenario '$s'" >&2; usage; }
 done
 
 server_defaults
@@ -258,6 +265,18 @@ scenario_resp() {
 		for t in $RESP_TESTS; do
 			rounds "$ROUNDS" resp "$t-P$p" client_resp "$t" "$p" <<<"$servers"
 		done
+	done
+}
+
+# Large GETs: one value, copied or referenced, plain or zero-copy; one load per size.
+scenario_zerocopy() {
+	local servers size base="$BUILD/examples/resp/resp --port {port} --threads 1"
+	have redis-benchmark || { echo "== zerocopy: skipped, redis-benchmark is not installed (redis-tools)"; return; }
+	servers=$(pick "copy|$base --copy" "ref|$base --zerocopy-min off" "ref-zc|$base --zerocopy-min 1" \
+		"ref-epoll|$base --backend epoll" | awk -F'|' -v ways=" $ZC_WAYS " 'index(ways, " " $1 " ")')
+	echo "== zerocopy: GET of one value, redis-benchmark -c $ZC_CONNS, $ZC_BYTES bytes of values a load; sizes: $ZC_SIZES"
+	for size in $ZC_SIZES; do
+		rounds "$ROUNDS" zerocopy "get-$size" client_get_size "$size" <<<"$servers"
 	done
 }
 

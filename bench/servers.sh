@@ -198,3 +198,14 @@ client_resp() { # test pipeline port
 	echo "$n $rps $(awk -v m="$p99" 'BEGIN { printf "%.1f", m * 1000 }') 0"
 }
 
+
+client_get_size() { # size port: sets the one key once, then GETs it ZC_BYTES / size times
+	local n=$((ZC_BYTES / $1)) out
+	((n > 0)) || n=1
+	timeout 30 redis-benchmark -p "$2" -t set -d "$1" -n 1 -c 1 >/dev/null 2>&1 || true
+	out=$(taskset -c "$CLIENT_CPU" timeout 120 redis-benchmark -p "$2" -t get -d "$1" -n "$n" -c "$ZC_CONNS" --csv \
+		2>/dev/null | tail -n +2 | head -1 | tr -d '"') || true
+	IFS=, read -r _ rps _ _ _ _ p99 _ <<<"$out"
+	[[ -n ${rps:-} ]] || { echo "0 0 0 1"; return; }
+	echo "$n $rps $(awk -v m="$p99" 'BEGIN { printf "%.1f", m * 1000 }') 0"
+}
