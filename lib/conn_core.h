@@ -186,6 +186,18 @@ static inline bool perch__txbuf_is_lent(const struct perch__txbuf *b)
 	return b->bytes != b->data;
 }
 
+/* Appends the chain head..tail (`len` bytes) to the writer's staged list. */
+static inline void perch__stage_append(struct perch_conn *c, struct perch__txbuf *head,
+				       struct perch__txbuf *tail, size_t len)
+{
+	if (c->staged_tail)
+		c->staged_tail->next = head;
+	else
+		c->staged_head = head;
+	c->staged_tail = tail;
+	c->staged_len += len;
+}
+
 /* Takes the whole staged chain from the writer's list. */
 static inline struct perch__txbuf *perch__stage_take(struct perch_conn *c)
 {

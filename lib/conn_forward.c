@@ -115,18 +115,6 @@ static void release_copied(struct perch_conn *c, struct perch_seg *done, size_t 
 	}
 }
 
-static void stage_chain(struct perch_conn *c, const struct txchain *ch, size_t len)
-{
-	if (!ch->head)
-		return;
-	if (c->staged_tail)
-		c->staged_tail->next = ch->head;
-	else
-		c->staged_head = ch->head;
-	c->staged_tail = ch->tail;
-	c->staged_len += len;
-}
-
 /* The reader's advance under the claim, with the consumed bytes made into a chain first. */
 int perch_conn_forward(struct perch_conn *src, size_t consumed, size_t examined,
 		       struct perch_conn *dst)
@@ -152,7 +140,8 @@ int perch_conn_forward(struct perch_conn *src, size_t consumed, size_t examined,
 	}
 	release_copied(src, done, first_off);
 	perch__segs_release(src, given_up);
-	stage_chain(dst, &ch, consumed);
+	if (ch.head)
+		perch__stage_append(dst, ch.head, ch.tail, consumed);
 	if (consumed > 0 && src->ops->consumed)
 		src->ops->consumed(src, consumed);
 	return 0;

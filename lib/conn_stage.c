@@ -84,11 +84,7 @@ static struct perch__txbuf *txbuf_with_room(struct perch_conn *c, size_t room, s
 		return NULL;
 	b->next = NULL;
 	b->len = 0;
-	if (t)
-		t->next = b;
-	else
-		c->staged_head = b;
-	c->staged_tail = b;
+	perch__stage_append(c, b, b, 0);
 	return b;
 }
 
@@ -140,12 +136,7 @@ int perch_conn_write_ref(struct perch_conn *c, const void *data, size_t len, per
 	b->bytes = (uint8_t *)(uintptr_t)data; /* read only: sent, never written */
 	b->len = b->cap = (uint32_t)len;       /* no room: a later write starts a buffer of its own */
 	b->flags = PERCH__TXBUF_REF;
-	if (c->staged_tail)
-		c->staged_tail->next = b;
-	else
-		c->staged_head = b;
-	c->staged_tail = b;
-	c->staged_len += len;
+	perch__stage_append(c, b, b, len);
 	return 0;
 }
 
