@@ -322,12 +322,16 @@ const struct race_def race_flush_vs_completion = {
 	.branch_names = { "second parked while the first was signalled", "second parked after the signal" },
 };
 
+/* The ways a flush and a close end (judge_flush_vs_close's branches); the referenced write's race has them too. */
+#define FLUSH_VS_CLOSE_BRANCHES                                                                  \
+	"refused: closed before the flush", "refused: close taken back after arming",            \
+		"parked, close delivered before the send", "parked and sent, close delivered"
+
 const struct race_def race_flush_vs_close = {
 	.name = "flush_arm: flush races close",
 	.actors = 2, .exhaustive = true, .create = flush_create, .destroy = flush_destroy, .setup = setup_staged,
 	.actor = { flush_first, conn_closes }, .judge = judge_flush_vs_close,
-	.branch_names = { "refused: closed before the flush", "refused: close taken back after arming",
-			  "parked, close delivered before the send", "parked and sent, close delivered" },
+	.branch_names = { FLUSH_VS_CLOSE_BRANCHES },
 };
 
 /* ---- a referenced write: its release runs once, whichever of the flush and the close wins ---- */
@@ -373,6 +377,5 @@ const struct race_def race_ref_flush_vs_close = {
 	.name = "flush_arm: a referenced write's flush races close; released once",
 	.actors = 2, .exhaustive = true, .create = flush_create, .destroy = flush_destroy, .setup = setup_staged_ref,
 	.actor = { flush_first, conn_closes }, .judge = judge_ref_flush_vs_close,
-	.branch_names = { "refused: closed before the flush", "refused: close taken back after arming",
-			  "parked, close delivered before the send", "parked and sent, close delivered" },
+	.branch_names = { FLUSH_VS_CLOSE_BRANCHES },
 };

@@ -830,22 +830,23 @@ const struct race_def race_loop_read_vs_close = {
 			  "parked, delivered on the reader's thread" },
 };
 
+/* judge_flush_vs_close's branches (and judge_late's), shared by the flush races. */
+#define LOOP_FLUSH_VS_CLOSE_BRANCHES                                                              \
+	"refused at once (-EPIPE)", "parked, close signalled -EPIPE", "parked, the send completed first", \
+		"parked, unsignalled when the round ended"
+
 const struct race_def race_loop_flush_vs_close = {
 	.name = "loop_close: off-loop flush races close",
 	.actors = 2, .outside_thread = true, .create = lc_create, .destroy = lc_destroy, .setup = lc_setup_staged,
 	.actor = { flush_off_loop, close_off_loop }, .judge = judge_flush_vs_close,
-	.branch_names = { "refused at once (-EPIPE)", "parked, close signalled -EPIPE",
-			  "parked, the send completed first",
-			  "parked, unsignalled when the round ended" },
+	.branch_names = { LOOP_FLUSH_VS_CLOSE_BRANCHES },
 };
 
 const struct race_def race_loop_zc_flush_vs_close = {
 	.name = "loop_zerocopy: a zero-copy write's flush races close; released once",
 	.actors = 2, .outside_thread = true, .create = lc_create_zc, .destroy = lc_destroy, .setup = lc_setup_zc,
 	.actor = { flush_off_loop, close_off_loop }, .judge = judge_flush_vs_close,
-	.branch_names = { "refused at once (-EPIPE)", "parked, close signalled -EPIPE",
-			  "parked, the send completed first",
-			  "parked, unsignalled when the round ended",
+	.branch_names = { LOOP_FLUSH_VS_CLOSE_BRANCHES,
 			  "released after the flush's signal (held for the kernel's notification)" },
 	.window_branch = 5,
 };
