@@ -150,8 +150,9 @@ static void uring_destroy(struct perch_loop *loop)
 	if (!u)
 		return;
 	/* Exiting the ring cancels what is left; the sockets it held go next, the buffers last. */
+	perch__uring_zc_reset_held(u);
 	io_uring_queue_exit(&u->ring);
-	perch__loop_abandon_all(loop, NULL);
+	perch__loop_abandon_all(loop, perch__uring_zc_settle);
 	perch__uring_zc_free_all(u);
 	free(u->backlog);
 	free(u->br);
@@ -245,7 +246,7 @@ static void dispatch(struct perch_loop *loop, uint64_t ud, int res, uint32_t fla
 	}
 	/* Last: the socket is freed here once closing and nothing is in flight. */
 	if (s->closing && us->inflight == 0) {
-		close(s->fd);
+		perch__uring_zc_close_fd(s);
 		perch__loop_sock_closed(s);
 	}
 }

@@ -46,8 +46,21 @@ enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL,
 struct zc_hold {
 	struct zc_hold *prev, *next; /* on uring.zc_holds, so a loop's free finds it */
 	struct perch__sock *s;       /* while its send is the socket's; NULL once the chain is kept */
+	struct zc_fd *zfd;           /* its socket's fd, which outlives the socket while holds need it */
 	struct perch__txbuf *chain;  /* set once its send finished */
 	uint32_t owed;               /* notifications the kernel announced (F_MORE) and has not sent */
+};
+
+/*
+ * A socket's fd while holds of its chains live. A finalized socket's fd
+ * stays open (shut for writing, so its end still follows the bytes) until
+ * the last hold goes: so the loop's free can still reset the connection,
+ * and the kernel drop the bytes, before the caller gets its memory back.
+ */
+struct zc_fd {
+	int fd;                      /* -1 once closed */
+	uint32_t holds;
+	bool orphaned;               /* its socket is finalized: the last hold closes the fd */
 };
 
 /* This backend's state for one socket, kept after the loop's (perch__sock_be). */
@@ -56,6 +69,7 @@ struct usock {
 	uint32_t flags;              /* F_* */
 	struct msghdr msg;           /* a send of several buffers */
 	struct zc_hold *zc;          /* the chain being sent, once a send of it went zero-copy */
+	struct zc_fd *zcfd;          /* set at the first zero-copy send */
 	struct iovec iov[PERCH__TX_IOV];
 };
 
@@ -203,6 +217,12 @@ void perch__uring_on_send_zc(struct zc_hold *h, int res, uint32_t flags);
 void perch__uring_zc_notified(struct uring *u, struct zc_hold *h);
 /* backend.send_keep: keeps a finished chain whose notifications are owed. */
 bool perch__uring_zc_keep(struct perch__sock *s, struct perch__txbuf *chain);
+/* A finalized socket's fd: closed now, or (holds still need it) shut for writing and left to them. */
+void perch__uring_zc_close_fd(struct perch__sock *s);
+/* The loop's free, before the ring goes: connections whose bytes the kernel still reads are reset. */
+void perch__uring_zc_reset_held(struct uring *u);
+/* perch__loop_abandon_all's settle: the socket's fd is closed there; its holds forget it. */
+void perch__uring_zc_settle(struct perch__sock *s);
 /* The loop's free, after every socket went: gives back every chain still held. */
 void perch__uring_zc_free_all(struct uring *u);
 

@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "uring_internal.h"
 
@@ -21,7 +23,10 @@ void perch__uring_zc_probe(struct uring *u)
 
 static struct zc_hold *hold_new(struct uring *u, struct perch__sock *s)
 {
-	struct zc_hold *h = calloc(1, sizeof(*h));
+	struct usock *us = us_of(s);
+	if (!us->zcfd && (us->zcfd = calloc(1, sizeof(*us->zcfd))))
+		us->zcfd->fd = s->fd;
+	struct zc_hold *h = us->zcfd ? calloc(1, sizeof(*h)) : NULL;
 	if (!h)
 		return NULL;
 	if ((uintptr_t)h >> 56) {
@@ -29,6 +34,8 @@ static struct zc_hold *hold_new(struct uring *u, struct perch__sock *s)
 		return NULL;
 	}
 	h->s = s;
+	h->zfd = us->zcfd;
+	h->zfd->holds++;
 	h->next = u->zc_holds;
 	if (h->next)
 		h->next->prev = h;
@@ -45,8 +52,56 @@ static void hold_free(struct uring *u, struct zc_hold *h)
 		u->zc_holds = h->next;
 	if (h->next)
 		h->next->prev = h->prev;
+	struct zc_fd *zfd = h->zfd;
+	if (--zfd->holds == 0 && zfd->orphaned) {
+		if (zfd->fd >= 0)
+			close(zfd->fd);
+		free(zfd);
+	}
 	perch__conn_free_chain(h->chain);
 	free(h);
+}
+
+/* ================= the socket's fd ================= */
+
+/* Whether a close of `fd` resets the connection (an abort set SO_LINGER 0): the kernel then drops the bytes at once. */
+static bool closes_with_reset(int fd)
+{
+	struct linger lg = { 0 };
+	socklen_t len = sizeof(lg);
+	return getsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 && lg.l_onoff && lg.l_linger == 0;
+}
+
+/* The socket's holds forget its fd, which the caller closes; the record goes now, or with the last hold. */
+static void forget_fd(struct zc_fd *zfd)
+{
+	if (!zfd)
+		return;
+	if (zfd->holds == 0) {
+		free(zfd);
+		return;
+	}
+	zfd->fd = -1;
+	zfd->orphaned = true;
+}
+
+void perch__uring_zc_close_fd(struct perch__sock *s)
+{
+	struct zc_fd *zfd = us_of(s)->zcfd;
+	us_of(s)->zcfd = NULL;
+	if (zfd && zfd->holds > 0 && !closes_with_reset(s->fd)) {
+		shutdown(s->fd, SHUT_WR); /* the end follows the bytes, as the close would have sent it */
+		zfd->orphaned = true;
+		return;
+	}
+	forget_fd(zfd);
+	close(s->fd);
+}
+
+void perch__uring_zc_settle(struct perch__sock *s)
+{
+	forget_fd(us_of(s)->zcfd); /* abandon_all closes the fd: reset already when a hold needed it */
+	us_of(s)->zcfd = NULL;
 }
 
 /* ================= sends ================= */
@@ -123,10 +178,41 @@ bool perch__uring_zc_keep(struct perch__sock *s, struct perch__txbuf *chain)
 	return true;
 }
 
+/* ================= the loop's free ================= */
+
+/* A close of `fd` from now on resets the connection: the kernel drops what it has not sent. */
+static void reset_on_close(int fd)
+{
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+	if (fd >= 0)
+		setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)); /* a failure leaves a FIN: nothing better to do */
+}
+
 /*
- * The ring is gone, and with it the notifications owed: the kernel keeps
- * its own reference to the pages it still reads, so their memory may go
- * back to its owner (doc/loop.md, "Zero-copy sends").
+ * No notification can come once the ring is gone, yet the kernel may still
+ * be sending the caller's bytes: each connection with a notification owed
+ * is reset instead (its queued bytes dropped, never sent changed), a
+ * finalized one's fd closed now, a live one's by perch__loop_abandon_all.
+ */
+void perch__uring_zc_reset_held(struct uring *u)
+{
+	for (struct zc_hold *h = u->zc_holds; h; h = h->next) {
+		struct zc_fd *zfd = h->zfd;
+		if ((h->owed == 0 && !h->s) || zfd->fd < 0)
+			continue; /* nothing owed, or reset already; a send in flight may have queued bytes */
+		reset_on_close(zfd->fd);
+		if (zfd->orphaned) {
+			close(zfd->fd);
+			zfd->fd = -1;
+		}
+	}
+}
+
+/*
+ * The ring is gone, and with it the notifications owed; every connection
+ * that owed one was reset (perch__uring_zc_reset_held), so the kernel sends
+ * none of its bytes again: their memory goes back to its owner
+ * (doc/loop.md, "Zero-copy sends").
  */
 void perch__uring_zc_free_all(struct uring *u)
 {

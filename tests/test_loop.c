@@ -1844,8 +1844,10 @@ static void close_during_a_stuck_zerocopy_send_releases_the_memory_after_its_not
 
 /*
  * The loop is freed while the peer has read none of a zero-copy write: no
- * notification can come once the ring is gone, and the free releases the
- * memory (once, on the loop's thread), the kernel keeping its own hold.
+ * notification can come once the ring is gone, so the free resets the
+ * connection (the kernel drops the bytes it has not sent) and then
+ * releases the memory, once, on the loop's thread. The caller may change
+ * it then: the peer reads what it had, never a changed byte.
  */
 static void a_loop_freed_before_the_kernel_let_go_of_a_zerocopy_write_releases_it_once(void **state)
 {
@@ -1865,6 +1867,14 @@ static void a_loop_freed_before_the_kernel_let_go_of_a_zerocopy_write_releases_i
 		assert_true(b.zc_owed_at_release >= 1); /* the ring went with notifications owed */
 	assert_int_equal(perch__load_u32(&b.releases), 1);
 	assert_true(b.released_on_loop);
+	uint8_t *want = malloc(BIG_N);
+	memcpy(want, b.out, BIG_N);
+	memset(b.out, 0xEE, BIG_N);
+	slow_reader_main(&b.r); /* here, at full speed: to the end or the reset */
+	print_message("the peer read %llu bytes after the free\n", (unsigned long long)b.r.got);
+	assert_true(b.r.got < BIG_N); /* reset: not everything came */
+	assert_memory_equal(b.r.in, want, b.r.got);
+	free(want);
 	close(b.r.fd);
 	close(b.lfd);
 	sem_destroy(&b.f.done);

@@ -144,16 +144,23 @@ PERCH_API int perch_conn_write(struct perch_conn *c, const void *data, size_t le
  * Runs exactly once when perch no longer needs the bytes of a referenced
  * write (perch_conn_write_ref, perch_pipe_write_ref): after the kernel
  * took them, or once they were dropped unsent (the connection closed, a
- * flush failed or was refused, the connection's last reference went). A
- * zero-copy send (perch_conn_opts.zerocopy_min) lends the pages to the
+ * flush failed or was refused, the connection's last reference went).
+ *
+ * A zero-copy send (perch_conn_opts.zerocopy_min) lends the pages to the
  * kernel past the send: then it runs when the kernel's notification says
- * it let go of them, which may be after the flush completed and after the
- * connection closed, or at the latest when the loop is freed. It runs on
- * the thread that ended their use: the loop's after a send (a close that
- * cancels the send, a notification and the loop's free included), an
- * in-memory pipe's reader's once it consumed them, else the thread whose
- * call dropped them. It must not block, nor write to or flush this
- * connection.
+ * it let go of them, which may be after the flush completed and after
+ * the connection closed. A peer that stops reading keeps them lent after
+ * the close, until it reads or ends; perch_conn_abort (instead of the
+ * close), or the loop's free, resets such a connection (its unsent bytes
+ * dropped) and releases them.
+ *
+ * It runs on the thread that ended their use: the loop's after a send (a
+ * close that cancels the send and a notification included) and in the
+ * loop's free (the thread calling perch_loop_free when that is not the
+ * loop's); an in-memory pipe's reader's once it consumed them; for bytes
+ * dropped unsent, the thread whose call let go of the connection's last
+ * reference, which may be the loop's (it holds one until the socket is
+ * finalized). It must not block, nor write to or flush this connection.
  */
 typedef void (*perch_release_fn)(void *arg, const void *data, size_t len);
 
