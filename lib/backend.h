@@ -287,7 +287,10 @@ bool perch__loop_recv_wanted(const struct perch__sock *s);
 void perch__loop_sent(struct perch__sock *s, int res);
 /* Fills iov from tx_cur/tx_off; returns the count. */
 int perch__loop_tx_iov(struct perch__sock *s, struct iovec *iov, int max);
-/* Whether the first `max` buffers from tx_cur hold a reference of at least opts.zerocopy_min unsent bytes. */
+/*
+ * Whether the first `max` buffers from tx_cur hold a reference of at least
+ * opts.zerocopy_min unsent bytes, and no received segment a forward lent.
+ */
 bool perch__loop_tx_wants_zerocopy(const struct perch__sock *s, int max);
 /* Every completion of the socket came and its fd is closed: leaves the table. */
 void perch__loop_sock_closed(struct perch__sock *s);

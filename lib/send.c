@@ -22,14 +22,26 @@ int perch__loop_tx_iov(struct perch__sock *s, struct iovec *iov, int max)
 	return n;
 }
 
+/*
+ * The buffers perch__loop_tx_iov would send. A received segment lent by a
+ * forward keeps the send plain: held for a notification, it would stay out
+ * of its loop's receive pool while the peer does not read.
+ */
 bool perch__loop_tx_wants_zerocopy(const struct perch__sock *s, int max)
 {
 	uint32_t off = s->tx_off;
+	bool wanted = false;
 	int n = 0;
-	for (const struct perch__txbuf *b = s->tx_cur; b && n < max; b = b->next, off = 0, n++)
-		if ((b->flags & PERCH__TXBUF_REF) && b->len - off >= s->opts.zerocopy_min)
-			return true;
-	return false;
+	for (const struct perch__txbuf *b = s->tx_cur; b && n < max; b = b->next, off = 0) {
+		if (b->len == off)
+			continue;
+		n++;
+		if (b->flags & PERCH__TXBUF_REF)
+			wanted |= b->len - off >= s->opts.zerocopy_min;
+		else if (b->bytes != b->data)
+			return false;
+	}
+	return wanted;
 }
 
 /* Skips `n` sent bytes; true when the whole chain is sent. */
