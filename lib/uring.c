@@ -246,6 +246,8 @@ static void dispatch(struct perch_loop *loop, uint64_t ud, int res, uint32_t fla
 	}
 	/* Last: the socket is freed here once closing and nothing is in flight. */
 	if (s->closing && us->inflight == 0) {
+		if (s->tx_chain)
+			perch__loop_sent(s, -ECANCELED); /* its send never went: the ring broke before it */
 		perch__uring_zc_close_fd(s);
 		perch__loop_sock_closed(s);
 	}
