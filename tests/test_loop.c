@@ -1773,10 +1773,19 @@ static void a_referenced_8mib_write_reaches_a_slow_reader_whole_and_is_released_
 	big_send_to_a_slow_reader(BIG_REF);
 }
 
-/* The same sent zero-copy (SEND_ZC, resumed after each short send): released once, after the last notification. */
+/* The same, its first send zero-copy (SEND_ZC), the resumed ones plain: released once, after the notification. */
 static void a_zerocopy_8mib_write_reaches_a_slow_reader_whole_and_is_released_after_its_notifications(void **state)
 {
 	big_send_to_a_slow_reader(BIG_ZC);
+}
+
+/*
+ * Every resumed send zero-copy too: notifications of earlier sends come
+ * while a later one is out, and the chain waits for all of them.
+ */
+static void a_write_sent_zero_copy_send_after_send_is_released_after_the_last_notification(void **state)
+{
+	big_send_to_a_slow_reader(BIG_ZC_ALL);
 }
 
 /*
@@ -2820,6 +2829,7 @@ int main(void)
 		cmocka_unit_test(a_referenced_8mib_write_reaches_a_slow_reader_whole_and_is_released_once),
 		cmocka_unit_test(close_during_a_stuck_referenced_send_releases_the_memory_once),
 		cmocka_unit_test(a_zerocopy_8mib_write_reaches_a_slow_reader_whole_and_is_released_after_its_notifications),
+		cmocka_unit_test(a_write_sent_zero_copy_send_after_send_is_released_after_the_last_notification),
 		cmocka_unit_test(close_during_a_stuck_zerocopy_send_releases_the_memory_after_its_notifications),
 		cmocka_unit_test(a_loop_freed_before_the_kernel_let_go_of_a_zerocopy_write_releases_it_once),
 		cmocka_unit_test(flush_of_8mib_in_one_buffer_reaches_a_slow_reader_whole_and_in_order),
