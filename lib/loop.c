@@ -129,6 +129,26 @@ const char *perch_loop_backend_name(const struct perch_loop *loop)
 	return loop ? loop->be->name : NULL;
 }
 
+int perch_loop_stats(struct perch_loop *loop, struct perch_loop_stats *out)
+{
+	if (!loop || !out)
+		return -EINVAL;
+	if (!perch__loop_is_current(loop) && !perch__loop_claim(loop))
+		return -EEXIST;
+	*out = (struct perch_loop_stats){
+		.enobufs_parks = loop->stats.enobufs_parks,
+		.own_receives = loop->stats.own_receives,
+		.recv_pauses = loop->stats.recv_pauses,
+		.accept_errors = loop->stats.accept_errors,
+		.accept_pauses = loop->stats.accept_pauses,
+		.zerocopy_available = loop->stats.zerocopy_available,
+		.zerocopy_sends = loop->stats.zerocopy_sends,
+		.zerocopy_notifs = loop->stats.zerocopy_notifs,
+		.zerocopy_refused = loop->stats.zerocopy_refused,
+	};
+	return 0;
+}
+
 /* ================= turns ================= */
 
 /* How long a turn may sleep: until the soonest timer (a paused listener's retry among them), rounded up. */

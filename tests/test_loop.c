@@ -1642,10 +1642,31 @@ static void big_send_released(void *arg, const void *data, size_t len)
 	perch__faa_u32(&b->releases, 1);
 }
 
+/* perch_loop_stats called on the loop's thread (a posted function). */
+struct public_stats {
+	struct perch_loop *loop;
+	struct perch_loop_stats st;
+	int rc;
+};
+
+static void public_stats_read(void *arg)
+{
+	struct public_stats *p = arg;
+	p->rc = perch_loop_stats(p->loop, &p->st);
+}
+
+static struct perch_loop_stats public_stats(struct lu_loop *l)
+{
+	struct public_stats p = { .loop = l->loop, .rc = 1 };
+	assert_int_equal(lu_on_loop(l, public_stats_read, &p), 0);
+	assert_int_equal(p.rc, 0);
+	return p.st;
+}
+
 /* Whether this loop tries zero-copy sends: io_uring on a kernel that has them. */
 static bool tries_zerocopy(struct lu_loop *l)
 {
-	return strcmp(perch_loop_backend_name(l->loop), "io_uring") == 0 && loop_stats(l).zerocopy_available;
+	return strcmp(perch_loop_backend_name(l->loop), "io_uring") == 0 && public_stats(l).zerocopy_available;
 }
 
 /* Whether they go: on a Unix socket the kernel refuses the first, and the socket sends plain after. */
@@ -1664,7 +1685,7 @@ static bool sends_zerocopy(struct lu_loop *l)
  */
 static void big_send_zerocopy_checked(struct big_send *b, size_t write_size)
 {
-	loop_stats_t st = loop_stats(&b->l);
+	struct perch_loop_stats st = public_stats(&b->l);
 	print_message("%s: %llu zero-copy sends, %llu notifications\n", perch_loop_backend_name(b->l.loop),
 		      (unsigned long long)st.zerocopy_sends, (unsigned long long)st.zerocopy_notifs);
 	if (big_zerocopy(write_size) && sends_zerocopy(&b->l)) {
@@ -1771,6 +1792,27 @@ static void flush_of_8mib_in_one_buffer_reaches_a_slow_reader_whole_and_in_order
 static void a_referenced_8mib_write_reaches_a_slow_reader_whole_and_is_released_once(void **state)
 {
 	big_send_to_a_slow_reader(BIG_REF);
+}
+
+/*
+ * perch_loop_stats: the loop's own counters on its thread (the ones the
+ * loop keeps, field by field); from another thread while the loop runs,
+ * -EEXIST; NULL, -EINVAL.
+ */
+static void loop_stats_are_read_on_the_loop_thread_only(void **state)
+{
+	struct lu_loop l;
+	assert_int_equal(lu_start(&l, NULL), 0);
+	struct perch_loop_stats pub = public_stats(&l);
+	loop_stats_t in = loop_stats(&l);
+	assert_int_equal(pub.zerocopy_available, in.zerocopy_available);
+	assert_int_equal(pub.enobufs_parks, in.enobufs_parks);
+	assert_int_equal(pub.accept_errors, in.accept_errors);
+	struct perch_loop_stats st;
+	assert_int_equal(perch_loop_stats(l.loop, &st), -EEXIST);
+	assert_int_equal(perch_loop_stats(NULL, &st), -EINVAL);
+	assert_int_equal(perch_loop_stats(l.loop, NULL), -EINVAL);
+	assert_int_equal(lu_stop(&l), 0);
 }
 
 /* The same, its first send zero-copy (SEND_ZC), the resumed ones plain: released once, after the notification. */
@@ -2828,6 +2870,7 @@ int main(void)
 		cmocka_unit_test(close_during_a_stuck_send_fails_the_flush_once_and_returns_every_reference),
 		cmocka_unit_test(a_referenced_8mib_write_reaches_a_slow_reader_whole_and_is_released_once),
 		cmocka_unit_test(close_during_a_stuck_referenced_send_releases_the_memory_once),
+		cmocka_unit_test(loop_stats_are_read_on_the_loop_thread_only),
 		cmocka_unit_test(a_zerocopy_8mib_write_reaches_a_slow_reader_whole_and_is_released_after_its_notifications),
 		cmocka_unit_test(a_write_sent_zero_copy_send_after_send_is_released_after_the_last_notification),
 		cmocka_unit_test(close_during_a_stuck_zerocopy_send_releases_the_memory_after_its_notifications),

@@ -133,6 +133,29 @@ PERCH_API int perch_loop_new(const struct perch_loop_opts *opts, struct perch_lo
 /* The backend the loop runs on: "io_uring" or "epoll" (NULL for NULL). Any thread. */
 PERCH_API const char *perch_loop_backend_name(const struct perch_loop *loop);
 
+/* What a loop has done since it was made, counted on its thread (perch_loop_stats). */
+struct perch_loop_stats {
+	uint64_t enobufs_parks;      /* receives that waited for a free receive buffer */
+	uint64_t own_receives;       /* receives into a connection's own memory: its peer ended while it waited */
+	uint64_t recv_pauses;        /* backpressure pauses (pause_bytes unconsumed) */
+	uint64_t accept_errors;      /* failed accepts */
+	uint64_t accept_pauses;      /* listeners paused for want of fds or memory */
+	uint64_t zerocopy_available; /* io_uring: 1 when the kernel has zero-copy sends (probed at start) */
+	uint64_t zerocopy_sends;     /* io_uring: sends submitted zero-copy (perch_conn_opts.zerocopy_min) */
+	uint64_t zerocopy_notifs;    /* io_uring: their notifications: the kernel let go of the bytes */
+	uint64_t zerocopy_refused;   /* io_uring: sockets that refused a zero-copy send (Unix ones): plain after */
+};
+
+/*
+ * Copies the loop's counters into *out. On the loop's thread only (its
+ * callbacks, posted functions and timers, or the thread that runs it
+ * between turns; like perch_timer_start, the first thread to touch a loop
+ * that never ran claims it): the counters are that thread's, unlocked.
+ * From another thread, post a function that calls it. Returns 0, -EINVAL
+ * (NULL), or -EEXIST (another thread owns the loop).
+ */
+PERCH_API int perch_loop_stats(struct perch_loop *loop, struct perch_loop_stats *out);
+
 /*
  * Runs turns until perch_loop_stop. Returns 0 after a stop, or a negative
  * errno: -EEXIST run from a thread that does not own it, or the backend's
