@@ -58,6 +58,7 @@ struct perch__sock {
 	struct perch__txbuf *tx_chain; /* the chain being sent (one send in flight) */
 	struct perch__txbuf *tx_cur;   /* first buffer with unsent bytes */
 	uint32_t tx_off;             /* bytes of tx_cur already sent */
+	bool tx_lends;               /* tx_chain holds a received segment a forward lent: never zero-copy */
 	struct perch__msg send_msg;  /* ops->send from another thread */
 	struct perch__txbuf *posted_chain;
 	struct perch__msg close_msg; /* ops->close from another thread */
@@ -289,7 +290,8 @@ void perch__loop_sent(struct perch__sock *s, int res);
 int perch__loop_tx_iov(struct perch__sock *s, struct iovec *iov, int max);
 /*
  * Whether the first `max` buffers from tx_cur hold a reference of at least
- * opts.zerocopy_min unsent bytes, and no received segment a forward lent.
+ * opts.zerocopy_min unsent bytes, and the chain no received segment a
+ * forward lent.
  */
 bool perch__loop_tx_wants_zerocopy(const struct perch__sock *s, int max);
 /* Every completion of the socket came and its fd is closed: leaves the table. */

@@ -22,26 +22,37 @@ int perch__loop_tx_iov(struct perch__sock *s, struct iovec *iov, int max)
 	return n;
 }
 
-/*
- * The buffers perch__loop_tx_iov would send. A received segment lent by a
- * forward keeps the send plain: held for a notification, it would stay out
- * of its loop's receive pool while the peer does not read.
- */
+/* The buffers perch__loop_tx_iov would send. */
 bool perch__loop_tx_wants_zerocopy(const struct perch__sock *s, int max)
 {
+	if (s->tx_lends)
+		return false;
 	uint32_t off = s->tx_off;
-	bool wanted = false;
 	int n = 0;
 	for (const struct perch__txbuf *b = s->tx_cur; b && n < max; b = b->next, off = 0) {
 		if (b->len == off)
 			continue;
 		n++;
-		if (b->flags & PERCH__TXBUF_REF)
-			wanted |= b->len - off >= s->opts.zerocopy_min;
-		else if (b->bytes != b->data)
-			return false;
+		if ((b->flags & PERCH__TXBUF_REF) && b->len - off >= s->opts.zerocopy_min)
+			return true;
 	}
-	return wanted;
+	return false;
+}
+
+/*
+ * A received segment lent by a forward keeps its whole chain plain: a
+ * zero-copy send holds the chain for its notification, and the segment
+ * would stay out of its loop's receive pool while the peer does not read.
+ * Looked at only where zero-copy may be asked for.
+ */
+static bool chain_lends(const struct perch__sock *s, const struct perch__txbuf *chain)
+{
+	if (s->opts.zerocopy_min == PERCH_ZEROCOPY_OFF)
+		return false;
+	for (const struct perch__txbuf *b = chain; b; b = b->next)
+		if (!(b->flags & PERCH__TXBUF_REF) && b->bytes != b->data)
+			return true;
+	return false;
 }
 
 /* Skips `n` sent bytes; true when the whole chain is sent. */
@@ -106,6 +117,7 @@ static void start_send(struct perch__sock *s, struct perch_conn *c, struct perch
 	}
 	s->tx_chain = s->tx_cur = chain;
 	s->tx_off = 0;
+	s->tx_lends = chain_lends(s, chain);
 	if (tx_advance(s, 0)) {
 		finish_send(s, 0);
 		return;
