@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -64,12 +65,18 @@ static void hold_free(struct uring *u, struct zc_hold *h)
 
 /* ================= the socket's fd ================= */
 
-/* Whether a close of `fd` resets the connection (an abort set SO_LINGER 0): the kernel then drops the bytes at once. */
+/*
+ * Whether a close of `fd` resets the connection, so the kernel drops the
+ * bytes at once: an abort set SO_LINGER 0, or received bytes are unread.
+ */
 static bool closes_with_reset(int fd)
 {
 	struct linger lg = { 0 };
 	socklen_t len = sizeof(lg);
-	return getsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 && lg.l_onoff && lg.l_linger == 0;
+	int unread = 0;
+	if (getsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 && lg.l_onoff && lg.l_linger == 0)
+		return true;
+	return ioctl(fd, FIONREAD, &unread) == 0 && unread > 0;
 }
 
 /* The socket's holds forget its fd, which the caller closes; the record goes now, or with the last hold. */
@@ -90,7 +97,8 @@ void perch__uring_zc_close_fd(struct perch__sock *s)
 	struct zc_fd *zfd = us_of(s)->zcfd;
 	us_of(s)->zcfd = NULL;
 	if (zfd && zfd->holds > 0 && !closes_with_reset(s->fd)) {
-		shutdown(s->fd, SHUT_WR); /* the end follows the bytes, as the close would have sent it */
+		/* The end follows the bytes, and the peer's later bytes get a reset, as after a close. */
+		shutdown(s->fd, SHUT_RDWR);
 		zfd->orphaned = true;
 		return;
 	}
@@ -180,12 +188,20 @@ bool perch__uring_zc_keep(struct perch__sock *s, struct perch__txbuf *chain)
 
 /* ================= the loop's free ================= */
 
-/* A close of `fd` from now on resets the connection: the kernel drops what it has not sent. */
-static void reset_on_close(int fd)
+/*
+ * Resets the connection now: the kernel drops what it has not sent. A
+ * connect to AF_UNSPEC disconnects whatever else holds the file (the ring's
+ * requests do until its exit work ends them), where a close would only
+ * drop this reference; SO_LINGER 0 makes the close that follows quiet.
+ */
+static void reset_now(int fd)
 {
 	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
-	if (fd >= 0)
-		setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)); /* a failure leaves a FIN: nothing better to do */
+	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+	if (fd < 0)
+		return;
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	connect(fd, &unspec, sizeof(unspec)); /* a failure (not TCP: no zero-copy was sent) leaves the close's end */
 }
 
 /*
@@ -193,6 +209,8 @@ static void reset_on_close(int fd)
  * be sending the caller's bytes: each connection with a notification owed
  * is reset instead (its queued bytes dropped, never sent changed), a
  * finalized one's fd closed now, a live one's by perch__loop_abandon_all.
+ * Bytes a network card has taken already may still leave before the reset
+ * (doc/loop.md, "Zero-copy sends").
  */
 void perch__uring_zc_reset_held(struct uring *u)
 {
@@ -200,7 +218,7 @@ void perch__uring_zc_reset_held(struct uring *u)
 		struct zc_fd *zfd = h->zfd;
 		if ((h->owed == 0 && !h->s) || zfd->fd < 0)
 			continue; /* nothing owed, or reset already; a send in flight may have queued bytes */
-		reset_on_close(zfd->fd);
+		reset_now(zfd->fd);
 		if (zfd->orphaned) {
 			close(zfd->fd);
 			zfd->fd = -1;

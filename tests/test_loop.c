@@ -1795,6 +1795,81 @@ static void a_referenced_8mib_write_reaches_a_slow_reader_whole_and_is_released_
 }
 
 /*
+ * After the close of a stuck zero-copy send the connection answers its
+ * peer as a closed one does: a write of the peer's gets a reset (not an
+ * ACK from a socket kept open for the notification), the reset drops the
+ * unsent bytes, and the memory is released, the peer still open.
+ */
+static void a_peer_writing_after_a_zerocopy_close_is_reset_and_the_memory_released(void **state)
+{
+	struct big_send b;
+	big_send_open(&b, BIG_ZC_ALL);
+	assert_int_equal(perch_conn_try_flush_or_park(b.c, &b.f.fl), PERCH_PENDING);
+	int queued = 0, before = -1;
+	for (int i = 0; i < LU_TIMEOUT_MS / 10 && (queued == 0 || queued != before); i++) {
+		before = queued;
+		usleep(10 * 1000);
+		ioctl(b.r.fd, FIONREAD, &queued);
+	}
+	perch_conn_close(b.c);
+	assert_int_equal(lu_sem_wait(&b.f.done, LU_TIMEOUT_MS), 0);
+	for (int i = 0; i < LU_TIMEOUT_MS && perch__load_u32(&b.c->refs) != 1; i++)
+		usleep(1000);
+	ssize_t w = send(b.r.fd, "hello", 5, MSG_NOSIGNAL); /* answered with a reset */
+	int err = 0;
+	for (int i = 0; i < LU_TIMEOUT_MS / 10 && err == 0; i++) {
+		usleep(10 * 1000);
+		if (send(b.r.fd, "hello", 5, MSG_NOSIGNAL) < 0)
+			err = errno;
+	}
+	print_message("the peer's first write %zd, a later one failed with errno %d\n", w, err);
+	assert_true(err == ECONNRESET || err == EPIPE);
+	big_send_released_once(&b);
+	big_send_zerocopy_checked(&b, BIG_ZC_ALL);
+	big_send_close(&b);
+}
+
+/*
+ * A chain holding a received segment a forward lent is never sent
+ * zero-copy, not even its resumed sends past the segment: held for a
+ * notification, the segment would stay out of its loop's receive pool.
+ */
+static void a_chain_with_a_forwarded_segment_is_sent_plain_to_the_end(void **state)
+{
+	struct big_send b;
+	big_send_open(&b, BIG_ZC_ALL);
+	int lfd2 = plain_listener(1);
+	struct perch_conn *src = test_connect_fd(&b.l, lfd2, NULL);
+	assert_non_null(src);
+	int fd2 = accept(lfd2, NULL, NULL);
+	assert_true(fd2 >= 0);
+	char head[4096]; /* one segment, big enough for the forward to lend it (not copy it) */
+	memset(head, 'f', sizeof(head));
+	assert_int_equal(write(fd2, head, sizeof(head)), (ssize_t)sizeof(head));
+	struct perch_read_result r;
+	read_at_least(src, sizeof(head), &r);
+	/* The staged chain: the 8 MiB reference, then the lent segment after it. */
+	assert_int_equal(perch_conn_forward(src, sizeof(head), sizeof(head), b.c), 0);
+	b.r.len = BIG_N + sizeof(head);
+	b.r.in = realloc(b.r.in, b.r.len);
+	b.r.pause_us = 1000;
+	pthread_create(&b.r.th, NULL, slow_reader_main, &b.r);
+	assert_int_equal(perch_conn_try_flush_or_park(b.c, &b.f.fl), PERCH_PENDING);
+	assert_int_equal(lu_sem_wait(&b.f.done, 60000), 0);
+	assert_int_equal(b.f.result, 0);
+	pthread_join(b.r.th, NULL);
+	assert_int_equal(b.r.got, BIG_N + sizeof(head));
+	assert_memory_equal(b.r.in, b.out, BIG_N);
+	assert_memory_equal(b.r.in + BIG_N, head, sizeof(head));
+	big_send_released_once(&b);
+	assert_int_equal(public_stats(&b.l).zerocopy_sends, 0);
+	perch_conn_release(src);
+	close(fd2);
+	close(lfd2);
+	big_send_close(&b);
+}
+
+/*
  * perch_loop_stats: the loop's own counters on its thread (the ones the
  * loop keeps, field by field); from another thread while the loop runs,
  * -EEXIST; NULL, -EINVAL.
@@ -2871,6 +2946,8 @@ int main(void)
 		cmocka_unit_test(a_referenced_8mib_write_reaches_a_slow_reader_whole_and_is_released_once),
 		cmocka_unit_test(close_during_a_stuck_referenced_send_releases_the_memory_once),
 		cmocka_unit_test(loop_stats_are_read_on_the_loop_thread_only),
+		cmocka_unit_test(a_peer_writing_after_a_zerocopy_close_is_reset_and_the_memory_released),
+		cmocka_unit_test(a_chain_with_a_forwarded_segment_is_sent_plain_to_the_end),
 		cmocka_unit_test(a_zerocopy_8mib_write_reaches_a_slow_reader_whole_and_is_released_after_its_notifications),
 		cmocka_unit_test(a_write_sent_zero_copy_send_after_send_is_released_after_the_last_notification),
 		cmocka_unit_test(close_during_a_stuck_zerocopy_send_releases_the_memory_after_its_notifications),
