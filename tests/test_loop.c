@@ -1795,6 +1795,32 @@ static void a_referenced_8mib_write_reaches_a_slow_reader_whole_and_is_released_
 }
 
 /*
+ * Flushes b until the send is stuck (the kernel holds bytes for the reader
+ * and they stop growing), then closes the conn: the flush gets -EPIPE
+ * exactly once, and the cancelled send's completion returns its reference
+ * (refs back to 1: send_done ran, the socket was finalized).
+ */
+static void big_send_stuck_then_closed(struct big_send *b)
+{
+	assert_int_equal(perch_conn_try_flush_or_park(b->c, &b->f.fl), PERCH_PENDING);
+	int queued = 0, before = -1;
+	for (int i = 0; i < LU_TIMEOUT_MS / 10 && (queued == 0 || queued != before); i++) {
+		before = queued;
+		usleep(10 * 1000);
+		ioctl(b->r.fd, FIONREAD, &queued);
+	}
+	assert_true(queued > 0 && queued < BIG_N);
+	perch_conn_close(b->c);
+	assert_int_equal(lu_sem_wait(&b->f.done, LU_TIMEOUT_MS), 0);
+	assert_int_equal(b->f.result, -EPIPE);
+	for (int i = 0; i < LU_TIMEOUT_MS && perch__load_u32(&b->c->refs) != 1; i++)
+		usleep(1000);
+	assert_int_equal(perch__load_u32(&b->c->refs), 1);
+	/* send_done delivers before it drops the send's reference: any second delivery came by now. */
+	assert_int_equal(perch__load_u32(&b->f.deliveries), 1);
+}
+
+/*
  * After the close of a stuck zero-copy send the connection answers its
  * peer as a closed one does: a write of the peer's gets a reset (not an
  * ACK from a socket kept open for the notification), the reset drops the
@@ -1804,17 +1830,7 @@ static void a_peer_writing_after_a_zerocopy_close_is_reset_and_the_memory_releas
 {
 	struct big_send b;
 	big_send_open(&b, BIG_ZC_ALL);
-	assert_int_equal(perch_conn_try_flush_or_park(b.c, &b.f.fl), PERCH_PENDING);
-	int queued = 0, before = -1;
-	for (int i = 0; i < LU_TIMEOUT_MS / 10 && (queued == 0 || queued != before); i++) {
-		before = queued;
-		usleep(10 * 1000);
-		ioctl(b.r.fd, FIONREAD, &queued);
-	}
-	perch_conn_close(b.c);
-	assert_int_equal(lu_sem_wait(&b.f.done, LU_TIMEOUT_MS), 0);
-	for (int i = 0; i < LU_TIMEOUT_MS && perch__load_u32(&b.c->refs) != 1; i++)
-		usleep(1000);
+	big_send_stuck_then_closed(&b);
 	ssize_t w = send(b.r.fd, "hello", 5, MSG_NOSIGNAL); /* answered with a reset */
 	int err = 0;
 	for (int i = 0; i < LU_TIMEOUT_MS / 10 && err == 0; i++) {
@@ -1915,23 +1931,7 @@ static void big_send_closed_while_stuck(size_t write_size)
 {
 	struct big_send b;
 	big_send_open(&b, write_size);
-	assert_int_equal(perch_conn_try_flush_or_park(b.c, &b.f.fl), PERCH_PENDING);
-	/* Wait until the kernel holds bytes for the reader and they stop growing: the send is stuck. */
-	int queued = 0, before = -1;
-	for (int i = 0; i < LU_TIMEOUT_MS / 10 && (queued == 0 || queued != before); i++) {
-		before = queued;
-		usleep(10 * 1000);
-		ioctl(b.r.fd, FIONREAD, &queued);
-	}
-	assert_true(queued > 0 && queued < BIG_N);
-	perch_conn_close(b.c);
-	assert_int_equal(lu_sem_wait(&b.f.done, LU_TIMEOUT_MS), 0);
-	assert_int_equal(b.f.result, -EPIPE);
-	for (int i = 0; i < LU_TIMEOUT_MS && perch__load_u32(&b.c->refs) != 1; i++)
-		usleep(1000);
-	assert_int_equal(perch__load_u32(&b.c->refs), 1);
-	/* send_done delivers before it drops the send's reference: any second delivery came by now. */
-	assert_int_equal(perch__load_u32(&b.f.deliveries), 1);
+	big_send_stuck_then_closed(&b);
 	if (big_zerocopy(write_size)) {
 		/*
 		 * Delivered on this host, the bytes the peer has not read are the
