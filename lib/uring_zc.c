@@ -117,7 +117,9 @@ void perch__uring_zc_settle(struct perch__sock *s)
 bool perch__uring_zc_prep(struct uring *u, struct perch__sock *s, struct io_uring_sqe *sqe, int n)
 {
 	struct usock *us = us_of(s);
-	if (!u->zerocopy || (us->flags & F_NO_ZC) || !perch__loop_tx_wants_zerocopy(s, n))
+	/* Off (the default) costs every send one compare, not a walk of its buffers. */
+	if (!u->zerocopy || s->opts.zerocopy_min == PERCH_ZEROCOPY_OFF || (us->flags & F_NO_ZC) ||
+	    !perch__loop_tx_wants_zerocopy(s, n))
 		return false;
 	if (!us->zc && !(us->zc = hold_new(u, s)))
 		return false; /* out of memory: a plain send, which needs nothing */
