@@ -10,5 +10,6 @@
 #include <perch/pipe.h>
 #include <perch/segs.h>
 #include <perch/timer.h>
+#include <perch/server.h>
 
 #endif /* PERCH_H */

@@ -14,7 +14,7 @@ import os
 import re
 import sys
 
-HEADERS = ["vtask", "conn", "loop", "sock", "pipe", "segs", "timer"]
+HEADERS = ["vtask", "conn", "loop", "sock", "pipe", "segs", "timer", "server"]
 
 
 def roff_text(line):

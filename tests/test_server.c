@@ -1,0 +1,405 @@
+/* tests/test_server.c: perch_server: options refused, loops sharing a port, idle timeouts, the graceful stop's three ends and its report. */
+#include "config.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cmocka_prelude.h"
+#include "server_util.h"
+
+/*
+ * The test protocol: lines in, "ok LINE\n" out; a read that leaves part of
+ * a line pending answers "+" (so a client knows the server holds it).
+ * While the server stops, a session with no line pending ends.
+ */
+struct line_sess {
+	struct perch_session *s;
+	struct perch_pipe_reader *r;
+	struct perch_pipe_writer *w;
+	bool reading, partial, close_after_flush;
+};
+
+static atomic_int fini_calls, started;
+static _Atomic(struct perch_loop *) loop_of[128]; /* the loop of the session started n-th */
+
+static void ls_run(struct line_sess *ls);
+
+static void ls_read_ready(void *arg, int64_t result)
+{
+	struct line_sess *ls = arg;
+	ls->reading = false;
+	if (result < 0)
+		perch_session_end(ls->s, PERCH_SESSION_CLOSE);
+	else
+		ls_run(ls);
+}
+
+static void ls_flushed(void *arg, int64_t result)
+{
+	struct line_sess *ls = arg;
+	if (result < 0 || ls->close_after_flush) {
+		perch_session_end(ls->s, PERCH_SESSION_CLOSE);
+		return;
+	}
+	perch_session_touch(ls->s);
+	ls_run(ls);
+}
+
+/* Answers every whole line of the result; returns the bytes consumed. */
+static size_t ls_answer(struct line_sess *ls, const struct perch_read_result *res)
+{
+	size_t off = 0, nl;
+	while ((nl = perch_segs_find(res, off, "\n", 1)) != PERCH_SEGS_NOT_FOUND) {
+		char line[64];
+		size_t n = nl - off < sizeof(line) ? nl - off : sizeof(line);
+		perch_segs_copy(res, off, line, n);
+		perch_pipe_write(ls->w, "ok ", 3);
+		perch_pipe_write(ls->w, line, n);
+		perch_pipe_write(ls->w, "\n", 1);
+		off = nl + 1;
+	}
+	if (off < res->len)
+		perch_pipe_write(ls->w, "+", 1);
+	return off;
+}
+
+static void ls_run(struct line_sess *ls)
+{
+	for (;;) {
+		struct perch_read_result res;
+		int rc = perch_pipe_read_or_wait(ls->r, &res, ls_read_ready, ls);
+		if (rc == PERCH_PENDING) {
+			ls->reading = true;
+			return;
+		}
+		if (rc != 0 || res.error || res.closed || res.canceled) {
+			perch_session_end(ls->s, PERCH_SESSION_CLOSE);
+			return;
+		}
+		size_t used = ls_answer(ls, &res);
+		perch_pipe_advance_to(ls->r, used, res.len);
+		ls->partial = used < res.len;
+		ls->close_after_flush = res.completed || (!ls->partial && perch_session_stopping(ls->s));
+		rc = perch_pipe_flush_or_wait(ls->w, ls_flushed, ls);
+		if (rc == PERCH_PENDING)
+			return;
+		if (rc < 0 || ls->close_after_flush) {
+			perch_session_end(ls->s, PERCH_SESSION_CLOSE);
+			return;
+		}
+		perch_session_touch(ls->s);
+	}
+}
+
+static void ls_start(struct perch_session *s, struct perch_pipe_reader *r, struct perch_pipe_writer *w,
+		     void *app)
+{
+	struct line_sess *ls = perch_session_state(s);
+	*ls = (struct line_sess){ .s = s, .r = r, .w = w };
+	int n = atomic_fetch_add(&started, 1);
+	if (n < 128)
+		atomic_store(&loop_of[n], perch_session_loop(s));
+	ls_run(ls);
+}
+
+/* A session waiting for a new line ends now; one holding part of a line answers it first. */
+static void ls_stop(struct perch_session *s, void *app)
+{
+	struct line_sess *ls = perch_session_state(s);
+	if (ls->reading && !ls->partial)
+		perch_conn_close(perch_session_conn(s));
+}
+
+static void ls_fini(struct perch_session *s, void *app)
+{
+	atomic_fetch_add(&fini_calls, 1);
+}
+
+static struct perch_server_opts line_opts(void)
+{
+	atomic_store(&fini_calls, 0);
+	atomic_store(&started, 0);
+	return (struct perch_server_opts){ .state_size = sizeof(struct line_sess), .start = ls_start,
+					   .stop = ls_stop, .fini = ls_fini };
+}
+
+static void round_trip(int fd, const char *line)
+{
+	char want[80], got[80];
+	snprintf(want, sizeof(want), "ok %s", line);
+	assert_true(su_send_str(fd, line));
+	assert_true(su_recv_all(fd, got, strlen(want)));
+	assert_memory_equal(got, want, strlen(want));
+}
+
+/* True when the next read ends in a reset. */
+static bool reads_reset(int fd)
+{
+	char c;
+	ssize_t r;
+	while ((r = recv(fd, &c, 1, 0)) < 0 && errno == EINTR)
+		;
+	return r < 0 && errno == ECONNRESET;
+}
+
+/* True when the next read is a clean end of stream. */
+static bool reads_eof(int fd)
+{
+	char c;
+	ssize_t r;
+	while ((r = recv(fd, &c, 1, 0)) < 0 && errno == EINTR)
+		;
+	return r == 0;
+}
+
+static void bad_options_are_refused(void **state)
+{
+	struct perch_server *srv = NULL;
+	struct perch_server_opts o = line_opts();
+	assert_int_equal(perch_server_start(NULL, &srv), -EINVAL);
+	assert_int_equal(perch_server_start(&o, NULL), -EINVAL);
+	struct perch_server_opts bad[] = { o, o, o, o, o, o, o, o };
+	bad[0].start = NULL;
+	bad[1].threads = -1;
+	bad[2].threads = 1025;
+	bad[3].port = 65536;
+	bad[4].idle_timeout_ms = PERCH_TIMER_MAX_MS + 1;
+	bad[5].idle_end = PERCH_SESSION_LINGER;
+	bad[6].host = "localhost";
+	bad[7].unix_name = "@perch-server-bad";
+	bad[7].threads = 2;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(perch_server_start(&bad[i], &srv), -EINVAL);
+	assert_null(srv);
+	assert_int_equal(perch_server_stop(NULL, 0, NULL), -EINVAL);
+	assert_int_equal(perch_server_port(NULL), -EINVAL);
+	assert_null(perch_server_loop(NULL, 0));
+	assert_int_equal(perch_session_touch(NULL), -EINVAL);
+	assert_int_equal(perch_session_end(NULL, PERCH_SESSION_CLOSE), -EINVAL);
+
+	/* A port someone holds is refused; a too long deadline leaves the server running. */
+	int port, fd = lu_plain_listener(4, &port);
+	o.port = port;
+	assert_int_equal(perch_server_start(&o, &srv), -EADDRINUSE);
+	close(fd);
+	o.port = 0;
+	assert_int_equal(perch_server_start(&o, &srv), 0);
+	assert_null(perch_server_loop(srv, 1));
+	assert_int_equal(perch_server_stop(srv, PERCH_TIMER_MAX_MS + 1, NULL), -EINVAL);
+	int c = su_connect(perch_server_port(srv));
+	round_trip(c, "still here\n");
+	close(c);
+	assert_int_equal(perch_server_stop(srv, 0, NULL), 0);
+}
+
+/* Two loops share the port (SO_REUSEPORT): every client is served, both loops take some, nothing is left. */
+static void two_loops_share_the_port_and_serve_every_client(void **state)
+{
+	enum { N = 64 };
+	struct perch_server_opts o = line_opts();
+	o.threads = 2;
+	int fds = lu_count_fds();
+	struct perch_server *srv;
+	assert_int_equal(perch_server_start(&o, &srv), 0);
+	int port = perch_server_port(srv), c[N], on_loop[2] = { 0, 0 };
+	for (int i = 0; i < N; i++) {
+		c[i] = su_connect(port);
+		assert_true(c[i] >= 0);
+	}
+	for (int i = 0; i < N; i++) {
+		char line[16];
+		snprintf(line, sizeof(line), "n%d\n", i);
+		round_trip(c[i], line);
+		close(c[i]);
+	}
+	assert_int_equal(atomic_load(&started), N);
+	for (int i = 0; i < N; i++)
+		for (int l = 0; l < 2; l++)
+			on_loop[l] += atomic_load(&loop_of[i]) == perch_server_loop(srv, l);
+	assert_true(on_loop[0] > 0 && on_loop[1] > 0);
+	assert_int_equal(on_loop[0] + on_loop[1], N);
+	struct perch_server_report rep;
+	assert_int_equal(perch_server_stop(srv, 1000, &rep), 0);
+	assert_int_equal(rep.sessions, N);
+	assert_int_equal(rep.open_at_stop + rep.finished + rep.aborted, rep.open_at_stop * 2);
+	assert_int_equal(atomic_load(&fini_calls), N);
+	assert_int_equal(lu_count_fds(), fds);
+}
+
+struct stopper {
+	pthread_t th;
+	struct perch_server *srv;
+	unsigned deadline_ms;
+	struct perch_server_report rep;
+	int rc;
+};
+
+static void *stopper_main(void *p)
+{
+	struct stopper *st = p;
+	st->rc = perch_server_stop(st->srv, st->deadline_ms, &st->rep);
+	return NULL;
+}
+
+/*
+ * A stop with three sessions open: one waiting for a line ends at once
+ * (a FIN), one holding half a line answers it when the rest comes and
+ * ends, one whose line never completes is reset at the deadline. New
+ * clients are refused from the start of the stop. The report says so.
+ */
+static void a_graceful_stop_finishes_requests_then_resets_the_rest(void **state)
+{
+	struct perch_server_opts o = line_opts();
+	int fds = lu_count_fds();
+	struct perch_server *srv;
+	assert_int_equal(perch_server_start(&o, &srv), 0);
+	int port = perch_server_port(srv), idle = su_connect(port), mid = su_connect(port),
+	    stuck = su_connect(port);
+	char plus;
+	round_trip(idle, "first\n");
+	assert_true(su_send_str(mid, "half"));
+	assert_true(su_recv_all(mid, &plus, 1) && plus == '+');
+	assert_true(su_send_str(stuck, "never ends"));
+	assert_true(su_recv_all(stuck, &plus, 1) && plus == '+');
+
+	struct stopper st = { .srv = srv, .deadline_ms = 1500 };
+	assert_int_equal(pthread_create(&st.th, NULL, stopper_main, &st), 0);
+	assert_true(reads_eof(idle)); /* the stop began: the listener is closed before */
+	int late = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_not_equal(lu_connect_fd(late, port), 0);
+	close(late);
+	char got[32];
+	assert_true(su_send_str(mid, " and the rest\n"));
+	assert_true(su_recv_all(mid, got, 21));
+	assert_memory_equal(got, "ok half and the rest\n", 21);
+	assert_true(reads_eof(mid));
+	assert_true(reads_reset(stuck));
+	pthread_join(st.th, NULL);
+	assert_int_equal(st.rc, 0);
+	assert_int_equal(st.rep.sessions, 3);
+	assert_int_equal(st.rep.open_at_stop, 3);
+	assert_int_equal(st.rep.finished, 2);
+	assert_int_equal(st.rep.aborted, 1);
+	assert_int_equal(st.rep.idle_closed, 0);
+	assert_int_equal(atomic_load(&fini_calls), 3);
+	close(idle);
+	close(mid);
+	close(stuck);
+	assert_int_equal(lu_count_fds(), fds);
+}
+
+/* Idle time runs out: a FIN by default, a reset with idle_end ABORT; counted either way. */
+static void an_idle_session_is_closed_as_idle_end_says(void **state)
+{
+	for (int how = PERCH_SESSION_CLOSE; how <= PERCH_SESSION_ABORT; how += PERCH_SESSION_ABORT) {
+		struct perch_server_opts o = line_opts();
+		o.idle_timeout_ms = 200;
+		o.idle_end = how;
+		struct perch_server *srv;
+		assert_int_equal(perch_server_start(&o, &srv), 0);
+		int silent = su_connect(perch_server_port(srv)), busy = su_connect(perch_server_port(srv));
+		round_trip(busy, "one\n");
+		if (how == PERCH_SESSION_CLOSE)
+			assert_true(reads_eof(silent));
+		else
+			assert_true(reads_reset(silent));
+		assert_true(su_peer_closed(busy)); /* idle after its answer, then cut too */
+		struct perch_server_report rep;
+		assert_int_equal(perch_server_stop(srv, 0, &rep), 0);
+		assert_int_equal(rep.sessions, 2);
+		assert_int_equal(rep.idle_closed, 2);
+		assert_int_equal(rep.open_at_stop, 0);
+		assert_int_equal(atomic_load(&fini_calls), 2);
+		close(silent);
+		close(busy);
+	}
+}
+
+/* A protocol that parks nothing: its session is ended by the server at the deadline, fini called once. */
+static void idle_start(struct perch_session *s, struct perch_pipe_reader *r, struct perch_pipe_writer *w,
+		       void *app)
+{
+	atomic_fetch_add(&started, 1);
+}
+
+static void a_session_with_nothing_parked_is_ended_by_the_server(void **state)
+{
+	struct perch_server_opts o = line_opts();
+	o.start = idle_start;
+	o.stop = NULL;
+	struct perch_server *srv;
+	assert_int_equal(perch_server_start(&o, &srv), 0);
+	int fd = su_connect(perch_server_port(srv));
+	for (int i = 0; i < 5000 && atomic_load(&started) == 0; i++)
+		usleep(1000);
+	assert_int_equal(atomic_load(&started), 1);
+	struct perch_server_report rep;
+	assert_int_equal(perch_server_stop(srv, 0, &rep), 0);
+	assert_true(reads_reset(fd));
+	assert_int_equal(rep.open_at_stop, 1);
+	assert_int_equal(rep.aborted, 1);
+	assert_int_equal(atomic_load(&fini_calls), 1);
+	close(fd);
+}
+
+struct inside {
+	struct perch_server *srv;
+	int rc;
+	sem_t done;
+};
+
+static void stop_from_inside(void *p)
+{
+	struct inside *in = p;
+	in->rc = perch_server_stop(in->srv, 0, NULL);
+	sem_post(&in->done);
+}
+
+static void a_stop_from_a_loop_thread_is_refused(void **state)
+{
+	struct perch_server_opts o = line_opts();
+	struct inside in = { .rc = 1 };
+	sem_init(&in.done, 0, 0);
+	assert_int_equal(perch_server_start(&o, &in.srv), 0);
+	assert_int_equal(perch_loop_post(perch_server_loop(in.srv, 0), stop_from_inside, &in), 0);
+	assert_int_equal(lu_sem_wait(&in.done, 10000), 0);
+	assert_int_equal(in.rc, -EDEADLK);
+	assert_int_equal(perch_server_stop(in.srv, 0, NULL), 0);
+	sem_destroy(&in.done);
+}
+
+static void a_unix_socket_server_serves_and_stops(void **state)
+{
+	char name[64];
+	snprintf(name, sizeof(name), "@perch-server-test-%d", (int)getpid());
+	struct perch_server_opts o = line_opts();
+	o.unix_name = name;
+	struct perch_server *srv;
+	assert_int_equal(perch_server_start(&o, &srv), 0);
+	assert_int_equal(perch_server_port(srv), 0);
+	int fd = su_connect_unix(name);
+	assert_true(fd >= 0);
+	round_trip(fd, "over unix\n");
+	struct perch_server_report rep;
+	assert_int_equal(perch_server_stop(srv, 1000, &rep), 0);
+	assert_true(reads_eof(fd));
+	assert_int_equal(rep.finished, 1);
+	close(fd);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(bad_options_are_refused),
+		cmocka_unit_test(two_loops_share_the_port_and_serve_every_client),
+		cmocka_unit_test(a_graceful_stop_finishes_requests_then_resets_the_rest),
+		cmocka_unit_test(an_idle_session_is_closed_as_idle_end_says),
+		cmocka_unit_test(a_session_with_nothing_parked_is_ended_by_the_server),
+		cmocka_unit_test(a_stop_from_a_loop_thread_is_refused),
+		cmocka_unit_test(a_unix_socket_server_serves_and_stops),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
