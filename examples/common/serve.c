@@ -1,4 +1,4 @@
-/* examples/common/serve.c: one loop per thread on a shared port, and each connection driven as a pipe session by continuations. */
+/* examples/common/serve.c: the examples' command line, and each connection driven as a pipe session by continuations on perch's server. */
 #include "serve.h"
 
 #include <errno.h>
@@ -8,150 +8,84 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
-
-/* One loop, its thread and listener, and what runs on it (touched on the loop thread only). */
-struct serve_worker {
-	struct serve *srv;
-	struct perch_loop *loop;
-	struct perch_listener *ls;
-	pthread_t th;
-	bool running;
-	struct serve_item *items;
-};
 
 struct serve {
+	struct perch_server *ps;
 	const struct serve_proto *proto;
 	void *app;
-	int port;
-	unsigned idle_timeout_ms;
-	struct perch_conn_opts conn_opts; /* every accepted connection's */
-	int nworkers;
-	struct serve_worker wk[];
+	unsigned stop_deadline_ms;
+	struct perch_server_report *report; /* filled by serve_stop when set */
 };
 
-/* A connection with its pipe reader and writer, followed by the protocol's state. */
-struct session {
-	struct serve_item item;        /* first: a session is its item */
-	struct serve_worker *wk;
-	struct perch_conn *c;
+/* A session driven by on_data: its pipes, followed by the protocol's state. */
+struct pump {
+	struct perch_session *s;
+	struct serve *srv;
 	struct perch_pipe_reader *r;
 	struct perch_pipe_writer *w;
 	bool close_after_flush;
-	bool *ended;                   /* set by session_end while session_stop waits on a close */
-	struct perch_timer idle;       /* armed while idle_timeout_ms is set: closes a stalled session */
+	bool reading;                  /* a read is parked */
+	bool partial;                  /* bytes of a message not yet whole are held */
 	alignas(max_align_t) unsigned char state[];
 };
 
-/* ---- what a worker tracks ---- */
-
-struct perch_loop *serve_worker_loop(struct serve_worker *wk)
-{
-	return wk->loop;
-}
-
-unsigned serve_worker_idle_timeout(const struct serve_worker *wk)
-{
-	return wk->srv->idle_timeout_ms;
-}
-
-struct perch_conn_opts serve_worker_conn_opts(const struct serve_worker *wk)
-{
-	return wk->srv->conn_opts;
-}
-
-void serve_track(struct serve_worker *wk, struct serve_item *it)
-{
-	it->wk = wk;
-	it->prev = NULL;
-	it->next = wk->items;
-	if (it->next)
-		it->next->prev = it;
-	wk->items = it;
-}
-
-void serve_untrack(struct serve_item *it)
-{
-	if (!it->wk)
-		return;
-	if (it->prev)
-		it->prev->next = it->next;
-	else
-		it->wk->items = it->next;
-	if (it->next)
-		it->next->prev = it->prev;
-	it->wk = NULL;
-}
-
-/* Ends every item: each stop untracks its own (serve_item's contract). */
-static void worker_stop_items(struct serve_worker *wk)
-{
-	while (wk->items)
-		wk->items->stop(wk->items);
-}
-
-/* ---- sessions ---- */
-
 /*
- * Ends a session: the close first (nothing is parked when a session ends,
- * so it delivers nothing here), then the pipes, then our reference. After
- * a last answer flushed whole (`linger`), the connection is handed to a
- * lingering close instead: a client still sending (the rest of a request
+ * After a last answer flushed whole (`linger`), the connection is handed
+ * to a lingering close: a client still sending (the rest of a request
  * answered with an error) reads that answer and the end, not a reset.
  */
-static void session_end(struct session *s, bool linger)
+static void pump_end(struct pump *p, bool linger)
 {
-	struct serve_worker *wk = s->wk;
-	serve_untrack(&s->item);
-	perch_timer_stop(&s->idle); /* before the free: the loop links an armed timer */
-	if (wk->srv->proto->fini)
-		wk->srv->proto->fini(s->state);
-	if (!linger)
-		perch_conn_close(s->c);
-	perch_pipe_reader_free(s->r);
-	perch_pipe_writer_free(s->w);
-	if (!linger || perch_conn_close_lingering(s->c, NULL) != 0)
-		perch_conn_release(s->c); /* closes it, if the linger could not start */
-	if (s->ended)
-		*s->ended = true;
-	free(s);
+	perch_session_end(p->s, linger ? PERCH_SESSION_LINGER : PERCH_SESSION_CLOSE);
 }
 
-static void session_pump(struct session *s);
+static void pump_run(struct pump *p);
 
-/*
- * An answer reached the kernel (a flush completed: over a connection one
- * waits whenever something was staged): the idle time starts again. Bytes
- * alone are not progress, or a client trickling a request would never end.
- */
-static void session_progressed(struct session *s)
+static void pump_read_ready(void *arg, int64_t result)
 {
-	if (s->wk->srv->idle_timeout_ms)
-		perch_timer_start(&s->idle, s->wk->srv->idle_timeout_ms);
-}
-
-static void session_read_ready(void *arg, int64_t result)
-{
+	struct pump *p = arg;
+	p->reading = false;
 	if (result < 0)
-		session_end(arg, false); /* -ECANCELED: the reader was completed under us */
+		pump_end(p, false); /* -ECANCELED: the reader was completed under us */
 	else
-		session_pump(arg);
+		pump_run(p);
 }
 
-static void session_flushed(void *arg, int64_t result)
+/* An answer reached the kernel: the idle time starts again (perch_session_touch). */
+static void pump_flushed(void *arg, int64_t result)
 {
-	struct session *s = arg;
-	if (result < 0 || s->close_after_flush) {
-		session_end(s, result == 0);
+	struct pump *p = arg;
+	if (result < 0 || p->close_after_flush) {
+		pump_end(p, result == 0);
 		return;
 	}
-	session_progressed(s);
-	session_pump(s);
+	perch_session_touch(p->s);
+	pump_run(p);
 }
 
+/* Answers one read's complete messages; returns whether to close once they are flushed. */
+static bool pump_answer(struct pump *p, const struct perch_read_result *res)
+{
+	const struct serve_proto *proto = p->srv->proto;
+	size_t consumed = 0;
+	int stop = proto->on_data(p->state, p->srv->app, res, p->w, &consumed);
+	/* Examined to the end: a partial message waits for more bytes instead of spinning. */
+	if (proto->forward_consumed) {
+		if (perch_pipe_forward(p->r, consumed, res->len, p->w) != 0)
+			stop = 1; /* closed, or out of memory: what was staged is still flushed */
+	} else {
+		/* Yielded: only what it consumed was examined, so the next read returns the rest at once. */
+		perch_pipe_advance_to(p->r, consumed, stop == SERVE_YIELD ? consumed : res->len);
+	}
+	p->partial = consumed < res->len;
+	/* A FIN behind messages not yet answered waits: the next read reports it again. */
+	if ((res->completed && stop != SERVE_YIELD) || res->error || res->closed || res->canceled)
+		return true;
+	/* A graceful stop ends the session at a message boundary. */
+	return stop == 1 || (stop == 0 && !p->partial && perch_session_stopping(p->s));
+}
 
 /*
  * Reads, answers every complete message of the result, flushes once, and
@@ -160,213 +94,91 @@ static void session_flushed(void *arg, int64_t result)
  * is the backpressure: a client that does not read its answers stops being
  * read.
  */
-static void session_pump(struct session *s)
+static void pump_run(struct pump *p)
 {
-	const struct serve_proto *proto = s->wk->srv->proto;
 	for (;;) {
 		struct perch_read_result res;
-		int rc = perch_pipe_read_or_wait(s->r, &res, session_read_ready, s);
-		if (rc == PERCH_PENDING)
+		int rc = perch_pipe_read_or_wait(p->r, &res, pump_read_ready, p);
+		if (rc == PERCH_PENDING) {
+			p->reading = true;
 			return;
+		}
 		if (rc != 0) {
-			session_end(s, false);
+			pump_end(p, false);
 			return;
 		}
-		size_t consumed = 0;
-		int stop = proto->on_data(s->state, s->wk->srv->app, &res, s->w, &consumed);
-		/* Examined to the end: a partial message waits for more bytes instead of spinning. */
-		if (proto->forward_consumed) {
-			if (perch_pipe_forward(s->r, consumed, res.len, s->w) != 0)
-				stop = 1; /* closed, or out of memory: what was staged is still flushed */
-		} else {
-			/* Yielded: only what it consumed was examined, so the next read returns the rest at once. */
-			perch_pipe_advance_to(s->r, consumed, stop == SERVE_YIELD ? consumed : res.len);
-		}
-		/* A FIN behind messages not yet answered waits: the next read reports it again. */
-		if ((res.completed && stop != SERVE_YIELD) || res.error || res.closed || res.canceled)
-			stop = 1;
-		else if (stop == SERVE_YIELD)
-			stop = 0;
-		s->close_after_flush = stop;
-		rc = perch_pipe_flush_or_wait(s->w, session_flushed, s);
+		p->close_after_flush = pump_answer(p, &res);
+		rc = perch_pipe_flush_or_wait(p->w, pump_flushed, p);
 		if (rc == PERCH_PENDING)
 			return;
-		if (rc < 0 || stop) {
-			session_end(s, rc == 0);
+		if (rc < 0 || p->close_after_flush) {
+			pump_end(p, rc == 0);
 			return;
 		}
 	}
 }
 
-/* Closing the connection delivers its parked read or flush here, which ends the session. */
-static void session_stop(struct serve_item *it)
+static void pump_start(struct perch_session *s, struct perch_pipe_reader *r, struct perch_pipe_writer *w,
+		       void *app)
 {
-	struct session *s = (struct session *)it;
-	bool ended = false;
-	s->ended = &ended;
-	perch_conn_close(s->c); /* a parked read or flush is delivered here, and ends s */
-	if (!ended)
-		session_end(s, false); /* nothing was parked (none should be, between turns) */
+	struct pump *p = perch_session_state(s);
+	*p = (struct pump){ .s = s, .srv = app, .r = r, .w = w };
+	pump_run(p);
 }
 
-/* Nothing happened for idle_timeout_ms: the session ends as serve_stop would end it. */
-static void session_idle(struct perch_timer *t, void *arg)
+/* The server is stopping: a session waiting for a new message ends now; one inside a message answers it first. */
+static void pump_stop(struct perch_session *s, void *app)
 {
-	struct session *s = arg;
-	session_stop(&s->item);
+	struct pump *p = perch_session_state(s);
+	if (p->reading && !p->partial)
+		perch_conn_close(perch_session_conn(s)); /* delivers the parked read, which ends it */
 }
 
-static void on_accept(struct perch_listener *l, struct perch_conn *c, void *arg)
+static void pump_fini(struct perch_session *s, void *app)
 {
-	struct serve_worker *wk = arg;
-	if (wk->srv->proto->accept) {
-		wk->srv->proto->accept(wk, c, wk->srv->app);
-		return;
-	}
-	struct session *s = calloc(1, sizeof(*s) + wk->srv->proto->state_size);
-	if (!s || perch_pipe_reader_new(c, &s->r) != 0 || perch_pipe_writer_new(c, &s->w) != 0) {
-		if (s) {
-			perch_pipe_reader_free(s->r);
-			free(s);
-		}
-		perch_conn_release(c); /* out of memory: refuse this one, keep serving the others */
-		return;
-	}
-	s->wk = wk;
-	s->c = c;
-	s->item.stop = session_stop;
-	serve_track(wk, &s->item);
-	perch_timer_init(&s->idle, wk->loop, session_idle, s);
-	session_progressed(s); /* a client that never sends is idle from its accept */
-	session_pump(s);
-}
-
-/* ---- workers ---- */
-
-/* Posted to the loop by serve_stop: the connections must be released before the loop is freed. */
-static void worker_shutdown(void *arg)
-{
-	struct serve_worker *wk = arg;
-	if (wk->ls)
-		perch_listener_close(wk->ls);
-	wk->ls = NULL;
-	worker_stop_items(wk);
-	perch_loop_stop(wk->loop);
-}
-
-static void *worker_main(void *arg)
-{
-	struct serve_worker *wk = arg;
-	int rc = perch_loop_run(wk->loop);
-	if (rc != 0)
-		fprintf(stderr, "serve: loop failed: %s\n", strerror(-rc));
-	worker_stop_items(wk); /* only when the shutdown could not be posted */
-	perch_loop_free(wk->loop);
-	if (wk->srv->proto->thread_fini)
-		wk->srv->proto->thread_fini();
-	return NULL;
+	struct serve *srv = app;
+	if (srv->proto->fini)
+		srv->proto->fini(((struct pump *)perch_session_state(s))->state);
 }
 
 void serve_opts_default(struct serve_opts *o)
 {
 	*o = (struct serve_opts){ .host = "127.0.0.1", .port = 0, .threads = 1,
-				  .idle_timeout_ms = SERVE_IDLE_TIMEOUT_MS };
-}
-
-/* Creates worker i's loop and listener; the first one fixes the port for the others. */
-static int worker_init(struct serve *srv, int i, const struct serve_opts *o)
-{
-	struct serve_worker *wk = &srv->wk[i];
-	wk->srv = srv;
-	struct perch_loop_opts lopts = { .buf_count = o->recv_buffers };
-	int rc = perch_loop_new(&lopts, &wk->loop);
-	if (rc != 0)
-		return rc;
-	/*
-	 * One loop per thread shares the port: SO_REUSEPORT, and only then (a
-	 * second server is refused). A Unix socket is one loop's; a file left
-	 * by a server that died is replaced, a live server's is not.
-	 */
-	struct perch_listen_opts lo = { .reuseport = o->threads > 1, .unlink_stale = true };
-	if (o->unix_name)
-		rc = perch_listen_unix(wk->loop, o->unix_name, &lo, &srv->conn_opts, on_accept, wk, &wk->ls);
-	else
-		rc = perch_listen_tcp(wk->loop, o->host, i == 0 ? o->port : srv->port, &lo, &srv->conn_opts,
-				      on_accept, wk, &wk->ls);
-	if (rc != 0)
-		return rc;
-	if (i == 0)
-		srv->port = perch_listener_port(wk->ls);
-	return 0;
-}
-
-/*
- * With --threads N > 1 the listeners set SO_REUSEPORT (a loop per thread
- * shares the port), and so would join another such server's listener on
- * it without a word: a bind without the option finds any listener first
- * (best effort: two servers starting at the same instant may both pass).
- * A single loop needs no check (perch_listen refuses a port in use), but
- * one bind costs nothing and keeps the message the same. 0, -EADDRINUSE,
- * or -EINVAL for a host that is not a numeric address.
- */
-static int port_is_free(const char *host, int port)
-{
-	struct sockaddr_storage ss = { 0 };
-	struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
-	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
-	socklen_t len;
-	if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
-		in4->sin_family = AF_INET;
-		in4->sin_port = htons((uint16_t)port);
-		len = sizeof(*in4);
-	} else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
-		in6->sin6_family = AF_INET6;
-		in6->sin6_port = htons((uint16_t)port);
-		len = sizeof(*in6);
-	} else {
-		return -EINVAL;
-	}
-	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, rc = 0;
-	if (fd < 0)
-		return -errno;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)); /* as perch_listen: TIME_WAIT is no owner */
-	if (ss.ss_family == AF_INET6) /* as perch_listen: "::" must not collide with IPv4 listeners */
-		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-	if (bind(fd, (struct sockaddr *)&ss, len) != 0)
-		rc = -errno;
-	close(fd);
-	return rc;
+				  .idle_timeout_ms = SERVE_IDLE_TIMEOUT_MS,
+				  .stop_deadline_ms = SERVE_STOP_DEADLINE_MS };
 }
 
 int serve_start(const struct serve_opts *o, const struct serve_proto *proto, void *app,
 		struct serve **out)
 {
-	if (!o || !o->host || o->port < 0 || o->port > 65535 || !proto ||
-	    !(proto->on_data || proto->accept) || !out || o->threads < 1 ||
-	    o->idle_timeout_ms > PERCH_TIMER_MAX_MS || (o->unix_name && o->threads > 1))
+	if (!o || !proto || !(proto->on_data || proto->start) || !out)
 		return -EINVAL;
-	int rc = o->port && !o->unix_name ? port_is_free(o->host, o->port) : 0;
-	if (rc != 0)
-		return rc;
-	struct serve *srv = calloc(1, sizeof(*srv) + (size_t)o->threads * sizeof(srv->wk[0]));
+	struct serve *srv = calloc(1, sizeof(*srv));
 	if (!srv)
 		return -ENOMEM;
-	srv->proto = proto;
-	srv->app = app;
-	srv->idle_timeout_ms = o->idle_timeout_ms;
-	srv->conn_opts = (struct perch_conn_opts){ .recv_mode = o->recv, .nagle = o->nagle,
-						   .zerocopy_min = o->zerocopy_min };
-	srv->nworkers = o->threads;
-	for (int i = 0; i < o->threads && rc == 0; i++)
-		rc = worker_init(srv, i, o);
-	for (int i = 0; i < o->threads && rc == 0; i++) {
-		if (pthread_create(&srv->wk[i].th, NULL, worker_main, &srv->wk[i]) != 0)
-			rc = -EAGAIN;
-		else
-			srv->wk[i].running = true;
+	*srv = (struct serve){ .proto = proto, .app = app, .stop_deadline_ms = o->stop_deadline_ms };
+	struct perch_server_opts so = {
+		.host = o->host, .port = o->port, .unix_name = o->unix_name, .threads = o->threads,
+		.idle_timeout_ms = o->idle_timeout_ms, .loop = { .buf_count = o->recv_buffers },
+		.conn = { .recv_mode = o->recv, .nagle = o->nagle, .zerocopy_min = o->zerocopy_min },
+		.idle_end = proto->idle_reset ? PERCH_SESSION_ABORT : PERCH_SESSION_CLOSE,
+	};
+	if (proto->start) { /* the protocol drives its sessions itself */
+		so.state_size = proto->state_size;
+		so.start = proto->start;
+		so.stop = proto->stop;
+		so.fini = proto->end;
+		so.app = app;
+	} else {
+		so.state_size = sizeof(struct pump) + proto->state_size;
+		so.start = pump_start;
+		so.stop = pump_stop;
+		so.fini = pump_fini;
+		so.app = srv;
 	}
+	int rc = perch_server_start(&so, &srv->ps);
 	if (rc != 0) {
-		serve_stop(srv);
+		free(srv);
 		return rc;
 	}
 	*out = srv;
@@ -375,7 +187,7 @@ int serve_start(const struct serve_opts *o, const struct serve_proto *proto, voi
 
 int serve_port(const struct serve *s)
 {
-	return s ? s->port : -EINVAL;
+	return s ? perch_server_port(s->ps) : -EINVAL;
 }
 
 void *serve_app(const struct serve *s)
@@ -383,22 +195,16 @@ void *serve_app(const struct serve *s)
 	return s ? s->app : NULL;
 }
 
+void serve_report_to(struct serve *s, struct perch_server_report *report)
+{
+	s->report = report;
+}
+
 void serve_stop(struct serve *s)
 {
 	if (!s)
 		return;
-	for (int i = 0; i < s->nworkers; i++) {
-		struct serve_worker *wk = &s->wk[i];
-		if (wk->running && perch_loop_post(wk->loop, worker_shutdown, wk) != 0)
-			perch_loop_stop(wk->loop);
-	}
-	for (int i = 0; i < s->nworkers; i++) {
-		struct serve_worker *wk = &s->wk[i];
-		if (wk->running)
-			pthread_join(wk->th, NULL);
-		else
-			perch_loop_free(wk->loop); /* never ran: any thread may free it */
-	}
+	perch_server_stop(s->ps, s->stop_deadline_ms, s->report);
 	free(s);
 }
 
@@ -412,7 +218,7 @@ static void usage(const char *prog)
 	fprintf(stderr,
 		"usage: %s [--listen tcp:HOST:PORT|unix:PATH | --port P] [--host ADDR] [--threads N]\n"
 		"       [--backend uring|io_uring|epoll] [--recv multishot|singleshot] [--idle-timeout MS]\n"
-		"       [--nagle] [--zerocopy-min BYTES|off]%s%s\n"
+		"       [--nagle] [--zerocopy-min BYTES|off] [--stop-deadline MS]%s%s\n"
 		"  --listen tcp:HOST:PORT  TCP on a numeric address ([V6]:PORT for IPv6; port 0: the\n"
 		"                 kernel picks one, printed at start)\n"
 		"  --listen unix:PATH  a Unix socket (unix:@NAME: an abstract name); a stale socket\n"
@@ -430,6 +236,9 @@ static void usage(const char *prog)
 		"                 segments for bulk streams; a small answer may wait for the peer's ACK\n"
 		"  --zerocopy-min BYTES|off  io_uring: an answer sent by reference this long or longer\n"
 		"                 goes out zero-copy (SEND_ZC; default: off, the library's)\n"
+		"  --stop-deadline MS  on SIGINT or SIGTERM, stop accepting and let open sessions\n"
+		"                 finish their request for up to this long, then reset the rest\n"
+		"                 (default 5000; 0: reset them at once)\n"
 		"%s",
 		prog, serve_extra_synopsis ? " " : "", serve_extra_synopsis ? serve_extra_synopsis : "",
 		serve_extra_usage ? serve_extra_usage : "");
@@ -513,6 +322,7 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 		{ "recv", required_argument, NULL, 'r' },    { "help", no_argument, NULL, 'h' },
 		{ "idle-timeout", required_argument, NULL, 'i' }, { "nagle", no_argument, NULL, 'n' },
 		{ "listen", required_argument, NULL, 'l' }, { "zerocopy-min", required_argument, NULL, 'z' },
+		{ "stop-deadline", required_argument, NULL, 'd' },
 		{ NULL, 0, NULL, 0 },
 	};
 	serve_opts_default(o);
@@ -569,6 +379,11 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 				goto bad;
 			else
 				o->zerocopy_min = (size_t)v;
+			break;
+		case 'd':
+			if ((v = parse_num(optarg, 0, PERCH_TIMER_MAX_MS)) < 0)
+				goto bad;
+			o->stop_deadline_ms = (unsigned)v;
 			break;
 		case 'h':
 			usage(prog);
@@ -646,7 +461,7 @@ int serve_main(int argc, char **argv, const char *prog, serve_start_fn start, se
 	char at[SERVE_HOST_MAX + 120];
 	printf("%s: listening on %s, %d thread%s, backend %s, idle timeout ", prog,
 	       listen_text(&o, serve_port(srv), at, sizeof(at)), o.threads, o.threads == 1 ? "" : "s",
-	       perch_loop_backend_name(srv->wk[0].loop));
+	       perch_loop_backend_name(perch_server_loop(srv->ps, 0)));
 	if (o.idle_timeout_ms)
 		printf("%u ms", o.idle_timeout_ms);
 	else
@@ -656,6 +471,14 @@ int serve_main(int argc, char **argv, const char *prog, serve_start_fn start, se
 	int sig;
 	while (sigwait(&set, &sig) != 0)
 		;
+	struct perch_server_report rep;
+	serve_report_to(srv, &rep);
+	printf("%s: %s: stopping (sessions get up to %u ms)\n", prog, strsignal(sig), o.stop_deadline_ms);
+	fflush(stdout);
 	stop(srv);
+	printf("%s: stopped: %llu sessions served, %llu closed idle; of %llu open at the stop, %llu finished, "
+	       "%llu reset at the deadline\n", prog, (unsigned long long)rep.sessions,
+	       (unsigned long long)rep.idle_closed, (unsigned long long)rep.open_at_stop,
+	       (unsigned long long)rep.finished, (unsigned long long)rep.aborted);
 	return 0;
 }

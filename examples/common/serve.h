@@ -1,4 +1,4 @@
-/* examples/common/serve.h: the examples' shared skeleton: command line, one loop per thread on one port, a pipe session per connection. */
+/* examples/common/serve.h: the examples' shared skeleton on perch's server: the command line, and a session pumped through a protocol's on_data. */
 #ifndef PERCH_EXAMPLES_SERVE_H
 #define PERCH_EXAMPLES_SERVE_H
 
@@ -50,14 +50,20 @@ struct serve_opts {
 	 * library's default; PERCH_ZEROCOPY_OFF: never.
 	 */
 	size_t zerocopy_min;
+	/*
+	 * serve_stop's grace (perch_server_stop's deadline): sessions waiting
+	 * for a request end at once, one inside a request answers it first,
+	 * and what is still open after this long is reset.
+	 * SERVE_STOP_DEADLINE_MS by default; 0: reset at once.
+	 */
+	unsigned stop_deadline_ms;
 };
 
 #define SERVE_IDLE_TIMEOUT_MS 60000u
+#define SERVE_STOP_DEADLINE_MS 5000u
 
 /* on_data's "more is waiting": see struct serve_proto. */
 #define SERVE_YIELD 2
-
-struct serve_worker; /* one loop and its thread */
 
 /*
  * A protocol: what a connection does with the bytes it receives. Every
@@ -74,6 +80,8 @@ struct serve_proto {
 	 * a bound on one read's work with complete messages maybe left after
 	 * *consumed: its answers are flushed, then the rest is read again at
 	 * once (a FIN behind it waits its turn). Not with forward_consumed.
+	 * While the server stops, a session whose messages were all answered
+	 * closes after its flush.
 	 */
 	int (*on_data)(void *state, void *app, const struct perch_read_result *r,
 		       struct perch_pipe_writer *w, size_t *consumed);
@@ -84,51 +92,19 @@ struct serve_proto {
 	 */
 	bool forward_consumed;
 	void (*fini)(void *state);     /* optional: frees what the state holds */
-	void (*thread_fini)(void);     /* optional: frees a loop thread's own buffers as it exits */
 	/*
-	 * Optional: takes each accepted connection whole (and its reference)
-	 * instead of a pipe session; on_data is then unused. A protocol that
-	 * opens connections of its own (a proxy) tracks what it builds with
-	 * serve_track, so that serve_stop can end it.
+	 * Optional, instead of on_data: a protocol that drives its sessions
+	 * itself (a proxy). Handed to perch_server_opts as they are (start,
+	 * stop, and end as its fini), with state_size and the serve_start's
+	 * app.
 	 */
-	void (*accept)(struct serve_worker *wk, struct perch_conn *c, void *app);
+	perch_session_start_fn start;
+	perch_session_fn stop;
+	perch_session_fn end;
+	bool idle_reset;               /* an idle session is reset, not closed (perch_server_opts.idle_end) */
 };
 
 struct serve;
-
-/* One loop and its thread. */
-/* The worker's loop (for perch_connect). */
-struct perch_loop *serve_worker_loop(struct serve_worker *wk);
-
-/* The server's idle timeout (serve_opts.idle_timeout_ms; 0: none), for what a proto->accept builds. */
-unsigned serve_worker_idle_timeout(const struct serve_worker *wk);
-
-/*
- * The options of the server's accepted connections (--recv, --nagle), for
- * the connections a proto->accept opens itself (the proxy's upstreams).
- */
-struct perch_conn_opts serve_worker_conn_opts(const struct serve_worker *wk);
-
-/*
- * Something a worker ends when the server stops: a session, or what a
- * proto->accept built. Touched on the worker's loop thread only.
- */
-struct serve_item {
-	struct serve_item *prev, *next;
-	struct serve_worker *wk;       /* NULL while not tracked */
-	/*
-	 * Ends it, on the loop thread, as serve_stop closes everything: it must
-	 * leave the item untracked (serve_untrack) before it returns, since the
-	 * loop stops right after and no later completion will come to it.
-	 */
-	void (*stop)(struct serve_item *it);
-};
-
-/* Adds `it` (its stop set) to the worker's items. */
-void serve_track(struct serve_worker *wk, struct serve_item *it);
-
-/* Takes `it` off its worker's items; an untracked item is left alone. */
-void serve_untrack(struct serve_item *it);
 
 void serve_opts_default(struct serve_opts *o);
 
@@ -155,15 +131,10 @@ int serve_parse_hostport(const char *s, int min_port, char *host, int *port);
 int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts *o);
 
 /*
- * Starts o->threads loops, each on its own thread with a listener on the
- * same port (or one loop on o->unix_name), whose connections run `proto`
- * with `app`. Returns 0 with *out set, or a negative errno: -EADDRINUSE
- * when a socket already holds the port or the Unix name (another perch
- * server's SO_REUSEPORT listener included, which the reuseport of
- * o->threads > 1 alone would share the port with); -EINVAL for a bad
- * option (an idle timeout above PERCH_TIMER_MAX_MS, threads > 1 on a
- * Unix socket); perch_loop_new's, perch_listen_tcp's or
- * perch_listen_unix's (-ENAMETOOLONG, -EACCES, ...); -ENOMEM.
+ * Starts a perch_server (o->threads loops on the same port, or one loop
+ * on o->unix_name) whose sessions run `proto` with `app`. Returns 0 with
+ * *out set, or -EINVAL (a NULL argument, a proto with neither on_data
+ * nor start) or perch_server_start's error.
  */
 int serve_start(const struct serve_opts *o, const struct serve_proto *proto, void *app,
 		struct serve **out);
@@ -171,8 +142,14 @@ int serve_start(const struct serve_opts *o, const struct serve_proto *proto, voi
 /* The port every loop listens on (0 on a Unix socket). */
 int serve_port(const struct serve *s);
 
-/* Closes every connection and listener, stops and frees each loop, joins the threads. NULL is ignored. */
+/*
+ * Stops the server gracefully (perch_server_stop with the options'
+ * stop_deadline_ms) and frees it. NULL is ignored.
+ */
 void serve_stop(struct serve *s);
+
+/* Makes serve_stop fill *report (perch_server_report) with how the sessions ended. */
+void serve_report_to(struct serve *s, struct perch_server_report *report);
 
 /* The `app` a server was started with. */
 void *serve_app(const struct serve *s);

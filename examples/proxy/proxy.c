@@ -21,53 +21,58 @@ struct pump {
 	bool done;                     /* r's side ended and the end was passed on */
 };
 
+/*
+ * A client's session (its perch_session's state points here: a session
+ * cut while connecting ends before its connect reports, which frees this).
+ */
 struct proxy_session {
-	struct serve_item item;        /* first: a session is its item */
+	struct perch_session *sess;    /* NULL once it ended: the client side is gone */
 	const struct proxy_target *to;
-	struct perch_conn *client;     /* NULL once stopped while connecting */
 	struct perch_conn *upstream;   /* NULL until connected */
 	struct pump up, down;          /* client -> upstream, upstream -> client */
-	bool ending;                   /* session_end began: continuations it delivers do nothing */
-	bool held;                     /* a caller still uses it: session_end leaves the free to it */
-	unsigned idle_ms;              /* serve's idle timeout; 0: none */
-	struct perch_timer idle;       /* armed once connected: cuts a session neither side moves */
+	bool connecting;               /* on_upstream is still to come, and frees this */
+	bool ending;                   /* the end began: continuations it delivers do nothing */
+	bool clean;                    /* both sides ended and their FINs were passed on */
+	bool held;                     /* on_upstream still uses it: it frees it */
 };
 
 /* ---- ending ---- */
 
-/* Before the upstream connected: the client alone, with a reset (it was promised a connection). */
-static void session_drop_client(struct proxy_session *ps)
-{
-	serve_untrack(&ps->item);
-	perch_conn_abort(ps->client);
-	perch_conn_release(ps->client);
-	ps->client = NULL;
-}
-
 /*
  * Ends both sides: closed when both ended cleanly (their FINs were passed
  * on), aborted when the session is cut (a reset, a failed flush, a stop),
- * so that each peer sees its stream fail rather than end. The closes
- * deliver whatever read or flush was parked (its continuation sees
- * `ending` and returns), then the adapters and the connections go.
+ * so that each peer sees its stream fail rather than end. The client's
+ * side goes with the session; proxy_end takes the upstream's.
  */
 static void session_end(struct proxy_session *ps, bool cut)
 {
 	if (ps->ending)
 		return;
 	ps->ending = true;
-	int (*end)(struct perch_conn *c) = cut ? perch_conn_abort : perch_conn_close;
-	serve_untrack(&ps->item);
-	perch_timer_stop(&ps->idle);
-	end(ps->client);
-	end(ps->upstream);
-	perch_pipe_reader_free(ps->up.r);
-	perch_pipe_writer_free(ps->up.w);
-	perch_pipe_reader_free(ps->down.r);
-	perch_pipe_writer_free(ps->down.w);
-	perch_conn_release(ps->client);
-	perch_conn_release(ps->upstream);
-	if (!ps->held)
+	ps->clean = !cut;
+	perch_session_end(ps->sess, cut ? PERCH_SESSION_ABORT : PERCH_SESSION_CLOSE);
+}
+
+/*
+ * The session ended (by session_end, its idle time, or the stop's
+ * deadline), its client closed: the upstream side goes the same way. The
+ * close delivers whatever read or flush was parked (its continuation sees
+ * `ending` and returns), then the adapters and the connection go.
+ */
+static void proxy_end(struct perch_session *sess, void *app)
+{
+	struct proxy_session *ps = *(struct proxy_session **)perch_session_state(sess);
+	if (!ps)
+		return; /* out of memory at its start */
+	ps->ending = true;
+	ps->sess = NULL;
+	if (ps->upstream) {
+		(ps->clean ? perch_conn_close : perch_conn_abort)(ps->upstream);
+		perch_pipe_reader_free(ps->down.r);
+		perch_pipe_writer_free(ps->up.w);
+		perch_conn_release(ps->upstream);
+	}
+	if (!ps->connecting && !ps->held)
 		free(ps);
 }
 
@@ -75,17 +80,11 @@ static void session_end(struct proxy_session *ps, bool cut)
  * A flush completed one way or the other: the idle time starts again. A
  * session where no flush completes (both sides quiet, or the side being
  * written to reads too slowly to take one flush in that time) is cut
- * once it runs out, with resets: a flush may have been cut short.
+ * once it runs out.
  */
 static void session_moved(struct proxy_session *ps)
 {
-	if (ps->idle_ms)
-		perch_timer_start(&ps->idle, ps->idle_ms);
-}
-
-static void session_idle(struct perch_timer *t, void *arg)
-{
-	session_end(arg, true);
+	perch_session_touch(ps->sess);
 }
 
 /* ---- pumps ---- */
@@ -160,15 +159,6 @@ static void pump_run(struct pump *p)
 	}
 }
 
-static int pump_init(struct pump *p, struct proxy_session *ps, struct perch_conn *src,
-		     struct perch_conn *dst)
-{
-	p->ps = ps;
-	p->dst = dst;
-	int rc = perch_pipe_reader_new(src, &p->r);
-	return rc ? rc : perch_pipe_writer_new(dst, &p->w);
-}
-
 /* ---- connecting ---- */
 
 #define UPSTREAM_LOG_MS 10000.0 /* at most one line a loop thread this often: a dead upstream fails every client */
@@ -200,7 +190,8 @@ static void upstream_failed(const struct proxy_target *to, int err)
 static void on_upstream(struct perch_loop *loop, struct perch_conn *c, int result, void *arg)
 {
 	struct proxy_session *ps = arg;
-	if (!ps->client) { /* stopped while connecting */
+	ps->connecting = false;
+	if (!ps->sess) { /* the session ended while connecting */
 		if (c) {
 			perch_conn_close(c);
 			perch_conn_release(c);
@@ -210,14 +201,14 @@ static void on_upstream(struct perch_loop *loop, struct perch_conn *c, int resul
 	}
 	if (result != 0) {
 		upstream_failed(ps->to, result);
-		session_drop_client(ps); /* refused, unreachable or timed out: the client is reset */
-		free(ps);
+		session_end(ps, true); /* refused, unreachable or timed out: the client is reset */
 		return;
 	}
 	ps->upstream = c;
-	session_moved(ps); /* the idle time starts with the connection */
+	ps->up.dst = c;
+	session_moved(ps); /* the idle time starts again with the connection */
 	ps->held = true;
-	if (pump_init(&ps->up, ps, ps->client, c) != 0 || pump_init(&ps->down, ps, c, ps->client) != 0)
+	if (perch_pipe_writer_new(c, &ps->up.w) != 0 || perch_pipe_reader_new(c, &ps->down.r) != 0)
 		session_end(ps, true);
 	if (!ps->ending)
 		pump_run(&ps->up);
@@ -228,44 +219,36 @@ static void on_upstream(struct perch_loop *loop, struct perch_conn *c, int resul
 		free(ps);
 }
 
-/* serve_stop: an established session is cut; one still connecting drops its client and waits for the connect's callback. */
-static void session_stop(struct serve_item *it)
-{
-	struct proxy_session *ps = (struct proxy_session *)it;
-	if (ps->upstream)
-		session_end(ps, true);
-	else
-		session_drop_client(ps); /* on_upstream frees ps, at the latest from perch_loop_free */
-}
-
-static void proxy_accept(struct serve_worker *wk, struct perch_conn *c, void *app)
+/* A client was accepted: its upstream is connected on the same loop, and the pumps start once it is. */
+static void proxy_start_session(struct perch_session *sess, struct perch_pipe_reader *r,
+				struct perch_pipe_writer *w, void *app)
 {
 	const struct proxy_target *to = app;
 	struct proxy_session *ps = calloc(1, sizeof(*ps));
 	if (!ps) {
-		perch_conn_release(c); /* out of memory: refuse this one, keep serving the others */
+		perch_session_end(sess, PERCH_SESSION_ABORT); /* out of memory: refuse this one */
 		return;
 	}
-	ps->to = to;
-	ps->client = c;
-	ps->idle_ms = serve_worker_idle_timeout(wk);
-	perch_timer_init(&ps->idle, serve_worker_loop(wk), session_idle, ps);
-	ps->item.stop = session_stop;
-	serve_track(wk, &ps->item);
-	struct perch_conn_opts co = serve_worker_conn_opts(wk); /* as the client's side: --recv, --nagle */
+	*(struct proxy_session **)perch_session_state(sess) = ps;
+	*ps = (struct proxy_session){ .sess = sess, .to = to, .connecting = true };
+	ps->up = (struct pump){ .ps = ps, .r = r };
+	ps->down = (struct pump){ .ps = ps, .w = w, .dst = perch_session_conn(sess) };
+	struct perch_conn_opts co = *perch_session_conn_opts(sess); /* as the client's side: --recv, --nagle */
 	co.connect_timeout_ms = to->connect_timeout_ms;
-	int rc = to->unix_name[0] ? perch_connect_unix(serve_worker_loop(wk), to->unix_name, &co, on_upstream, ps)
-				  : perch_connect(serve_worker_loop(wk), to->host, to->port, &co, on_upstream, ps);
+	int rc = to->unix_name[0] ? perch_connect_unix(perch_session_loop(sess), to->unix_name, &co, on_upstream, ps)
+				  : perch_connect(perch_session_loop(sess), to->host, to->port, &co, on_upstream, ps);
 	if (rc != 0) {
+		ps->connecting = false;
 		upstream_failed(to, rc);
-		session_drop_client(ps);
-		free(ps);
+		session_end(ps, true);
 	}
 }
 
 /* ---- the server ---- */
 
-static const struct serve_proto proxy_proto = { .accept = proxy_accept };
+static const struct serve_proto proxy_proto = { .state_size = sizeof(struct proxy_session *),
+					       .start = proxy_start_session, .end = proxy_end,
+					       .idle_reset = true };
 
 static bool target_ok(const struct proxy_target *t)
 {
