@@ -34,6 +34,8 @@ struct lingering {
 static void linger_end(struct lingering *lg)
 {
 	PERCH_ASSERT(perch__loop_is_current(lg->loop)); /* else the timer could not be unlinked */
+	PERCH_ASSERT(lg->loop->stats.lingering > 0);
+	lg->loop->stats.lingering--;
 	perch_timer_stop(&lg->timer);
 	perch_conn_close(lg->c);
 	perch_conn_release(lg->c);
@@ -123,6 +125,7 @@ static void linger_timed_out(struct perch_timer *t, void *arg)
 /* Loop thread. A refused timer (the loop is being freed) ends it at once: nothing would bound it. */
 static void linger_start(struct lingering *lg)
 {
+	lg->loop->stats.lingering++;
 	if (perch_timer_start(&lg->timer, lg->timeout_ms) != 0) {
 		linger_end(lg);
 		return;

@@ -145,6 +145,7 @@ int perch_loop_stats(struct perch_loop *loop, struct perch_loop_stats *out)
 		.zerocopy_sends = loop->stats.zerocopy_sends,
 		.zerocopy_notifs = loop->stats.zerocopy_notifs,
 		.zerocopy_refused = loop->stats.zerocopy_refused,
+		.lingering = loop->stats.lingering,
 	};
 	return 0;
 }

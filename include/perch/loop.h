@@ -144,6 +144,7 @@ struct perch_loop_stats {
 	uint64_t zerocopy_sends;     /* io_uring: sends submitted zero-copy (perch_conn_opts.zerocopy_min) */
 	uint64_t zerocopy_notifs;    /* io_uring: their notifications: the kernel let go of the bytes */
 	uint64_t zerocopy_refused;   /* io_uring: sockets that refused a zero-copy send (Unix ones): plain after */
+	uint64_t lingering;          /* connections in a lingering close now (perch_conn_close_lingering) */
 };
 
 /*
