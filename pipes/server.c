@@ -11,18 +11,44 @@
 #include <sys/socket.h>
 
 #define SERVER_THREADS_MAX 1024
+#define SERVER_STATE_MAX (1u << 30)
 
+#define LINGER_POLL_MS 10
+
+static bool worker_lingers(struct perch__server_worker *wk)
+{
+	struct perch_loop_stats st;
+	return perch_loop_stats(wk->loop, &st) == 0 && st.lingering > 0;
+}
+
+/*
+ * Stops the loop once a stop is under way and its last session ended,
+ * after the lingering closes they left (an answer still on its way to a
+ * peer that keeps sending), unless the deadline passed.
+ */
 void perch__server_session_ended(struct perch__server_worker *wk)
 {
-	if (wk->stopping && wk->open == 0 && !wk->run_returned) {
-		perch_timer_stop(&wk->deadline);
-		perch_loop_stop(wk->loop);
+	if (!wk->stopping || wk->open > 0 || wk->run_returned)
+		return;
+	if (!wk->aborting && worker_lingers(wk)) {
+		perch_timer_start(&wk->linger_poll, LINGER_POLL_MS);
+		return;
 	}
+	perch_timer_stop(&wk->deadline);
+	perch_timer_stop(&wk->linger_poll);
+	perch_loop_stop(wk->loop);
+}
+
+static void worker_linger_poll(struct perch_timer *t, void *arg)
+{
+	perch__server_session_ended(arg);
 }
 
 static void worker_deadline(struct perch_timer *t, void *arg)
 {
-	perch__session_abort_all(arg);
+	struct perch__server_worker *wk = arg;
+	perch__session_abort_all(wk);
+	perch__server_session_ended(wk); /* none was open: only lingers were left */
 }
 
 /* Posted by perch_server_stop: stop accepting, ask the sessions to end, and wait for them until the deadline. */
@@ -37,27 +63,42 @@ static void worker_begin_stop(void *arg)
 	wk->ls = NULL;
 	wk->counts.open_at_stop = wk->open;
 	perch__session_stop_all(wk);
-	if (wk->open && wk->srv->deadline_ms)
+	if (wk->srv->deadline_ms)
 		perch_timer_start(&wk->deadline, wk->srv->deadline_ms);
 	else
 		perch__session_abort_all(wk);
-	perch__server_session_ended(wk); /* none open: the loop stops now */
+	perch__server_session_ended(wk); /* none open: the loop stops now, or once its lingers end */
+}
+
+/* Waits until every thread was made (true) or the start failed and the server stops (false). */
+static bool worker_may_run(struct perch_server *srv)
+{
+	pthread_mutex_lock(&srv->mu);
+	while (!srv->go && !srv->stop_requested)
+		pthread_cond_wait(&srv->stop_cond, &srv->mu);
+	bool go = srv->go;
+	pthread_mutex_unlock(&srv->mu);
+	return go;
 }
 
 /*
  * Runs the loop until the stop (or a broken ring), cuts what is left, and
  * frees the loop only once perch_server_stop asked, since until then other
- * threads may post to it.
+ * threads may post to it. A server whose start failed never runs its
+ * loops: no callback of its runs.
  */
 static void *worker_main(void *arg)
 {
 	struct perch__server_worker *wk = arg;
 	struct perch_server *srv = wk->srv;
-	int rc = perch_loop_run(wk->loop);
-	if (rc != 0)
+	int rc = worker_may_run(srv) ? perch_loop_run(wk->loop) : 0;
+	if (rc != 0) {
 		fprintf(stderr, "perch_server: loop %d failed: %s\n", (int)(wk - srv->wk), strerror(-rc));
+		wk->counts.loops_failed = 1;
+	}
 	wk->run_returned = true;
 	perch_timer_stop(&wk->deadline);
+	perch_timer_stop(&wk->linger_poll);
 	perch__session_abort_all(wk);
 	if (wk->ls)
 		perch_listener_close(wk->ls);
@@ -114,7 +155,7 @@ static bool opts_valid(const struct perch_server_opts *o)
 	int threads = o->threads ? o->threads : 1;
 	if (!o->start || o->port < 0 || o->port > 65535 || threads < 1 || threads > SERVER_THREADS_MAX)
 		return false;
-	if (o->idle_timeout_ms > PERCH_TIMER_MAX_MS ||
+	if (o->state_size > SERVER_STATE_MAX || o->idle_timeout_ms > PERCH_TIMER_MAX_MS ||
 	    (o->idle_end != PERCH_SESSION_CLOSE && o->idle_end != PERCH_SESSION_ABORT))
 		return false;
 	if (o->unix_name)
@@ -132,6 +173,7 @@ static int worker_init(struct perch_server *srv, int i)
 	if (rc != 0)
 		return rc;
 	perch_timer_init(&wk->deadline, wk->loop, worker_deadline, wk);
+	perch_timer_init(&wk->linger_poll, wk->loop, worker_linger_poll, wk);
 	struct perch_listen_opts lo = { .reuseport = srv->nworkers > 1, .unlink_stale = true };
 	if (o->unix_name)
 		rc = perch_listen_unix(wk->loop, o->unix_name, &lo, &o->conn, perch__session_accept, wk, &wk->ls);
@@ -191,6 +233,10 @@ int perch_server_start(const struct perch_server_opts *opts, struct perch_server
 			wk->thread_made = true;
 	}
 	if (rc == 0) {
+		pthread_mutex_lock(&srv->mu);
+		srv->go = true;
+		pthread_cond_broadcast(&srv->stop_cond);
+		pthread_mutex_unlock(&srv->mu);
 		*out = srv;
 		return 0;
 	}
@@ -218,6 +264,7 @@ static void report_add(struct perch_server_report *sum, const struct perch_serve
 	sum->open_at_stop += c->open_at_stop;
 	sum->finished += c->finished;
 	sum->aborted += c->aborted;
+	sum->loops_failed += c->loops_failed;
 }
 
 int perch_server_stop(struct perch_server *srv, unsigned deadline_ms, struct perch_server_report *report)

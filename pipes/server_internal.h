@@ -20,10 +20,11 @@ struct perch__server_worker {
 	bool exited;                   /* its loop's run returned (under srv->mu) */
 	bool run_returned;             /* the same, read on the loop thread without the lock */
 	bool stopping;                 /* the graceful stop began on this loop */
-	bool aborting;                 /* its deadline passed: what ends now was cut */
+	bool aborting;                 /* its deadline passed (or the loop failed): what ends now was cut */
 	struct perch_session *sessions;
 	uint64_t open;
 	struct perch_timer deadline;
+	struct perch_timer linger_poll; /* the sessions ended: the stop waits for their lingering closes */
 	struct perch_server_report counts;
 };
 
@@ -35,6 +36,7 @@ struct perch_server {
 	pthread_mutex_t mu;
 	pthread_cond_t stop_cond;
 	bool stop_requested;           /* under mu */
+	bool go;                       /* under mu: every thread was made, the loops may run */
 	unsigned deadline_ms;          /* set before the stop is posted */
 	int nworkers;
 	struct perch__server_worker wk[];
@@ -49,6 +51,7 @@ struct perch_session {
 	struct perch_timer idle;
 	bool ending;                   /* perch_session_end began */
 	bool held;                     /* the server holds it across a callback: it frees it after */
+	struct perch_session *stop_next; /* the stop's snapshot of the open sessions */
 	alignas(max_align_t) unsigned char state[];
 };
 

@@ -36,7 +36,8 @@ static void session_unlink(struct perch_session *s)
 /*
  * Closes the connection as `how` says: first for a close or an abort, so
  * that a parked read or flush is delivered while the pipes still exist;
- * after the pipes for a linger, which wants no read parked.
+ * after the pipes for a linger, which wants no read parked. Every
+ * continuation has run before fini, the session's last call.
  */
 static void session_close(struct perch_session *s, enum perch_session_end_how how)
 {
@@ -45,12 +46,16 @@ static void session_close(struct perch_session *s, enum perch_session_end_how ho
 		perch_conn_abort(s->c);
 	else if (how == PERCH_SESSION_CLOSE)
 		perch_conn_close(s->c);
-	if (o->fini)
-		o->fini(s, o->app);
 	perch_pipe_reader_free(s->r);
 	perch_pipe_writer_free(s->w);
-	if (how != PERCH_SESSION_LINGER || perch_conn_close_lingering(s->c, NULL) != 0)
-		perch_conn_release(s->c); /* closes it, where the linger could not start */
+	/* A linger that starts takes the reference over. */
+	bool lingers = how == PERCH_SESSION_LINGER && perch_conn_close_lingering(s->c, NULL) == 0;
+	if (!lingers)
+		perch_conn_close(s->c);
+	if (o->fini)
+		o->fini(s, o->app);
+	if (!lingers)
+		perch_conn_release(s->c);
 }
 
 int perch_session_end(struct perch_session *s, enum perch_session_end_how how)
@@ -125,16 +130,26 @@ void perch__session_accept(struct perch_listener *l, struct perch_conn *c, void 
 	o->start(s, s->r, s->w, o->app);
 }
 
+/*
+ * Every open session is held for the walk, so a callback may end any of
+ * them (its own, or others) and the walk still reads only live memory;
+ * the ended ones are freed after it.
+ */
 void perch__session_stop_all(struct perch__server_worker *wk)
 {
 	const struct perch_server_opts *o = &wk->srv->opts;
 	if (!o->stop)
 		return;
-	/* The callback may end its own session, no other: the next one is taken before. */
-	for (struct perch_session *s = wk->sessions, *next; s; s = next) {
-		next = s->next;
+	for (struct perch_session *s = wk->sessions; s; s = s->next) {
 		s->held = true;
-		o->stop(s, o->app);
+		s->stop_next = s->next;
+	}
+	struct perch_session *first = wk->sessions;
+	for (struct perch_session *s = first; s; s = s->stop_next)
+		if (!s->ending)
+			o->stop(s, o->app);
+	for (struct perch_session *s = first, *next; s; s = next) {
+		next = s->stop_next;
 		s->held = false;
 		if (s->ending)
 			free(s);

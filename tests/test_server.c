@@ -19,7 +19,7 @@ struct line_sess {
 	struct perch_session *s;
 	struct perch_pipe_reader *r;
 	struct perch_pipe_writer *w;
-	bool reading, partial, close_after_flush;
+	bool reading, partial, close_after_flush, linger;
 };
 
 static atomic_int fini_calls, started;
@@ -41,7 +41,7 @@ static void ls_flushed(void *arg, int64_t result)
 {
 	struct line_sess *ls = arg;
 	if (result < 0 || ls->close_after_flush) {
-		perch_session_end(ls->s, PERCH_SESSION_CLOSE);
+		perch_session_end(ls->s, result == 0 && ls->linger ? PERCH_SESSION_LINGER : PERCH_SESSION_CLOSE);
 		return;
 	}
 	perch_session_touch(ls->s);
@@ -59,6 +59,7 @@ static size_t ls_answer(struct line_sess *ls, const struct perch_read_result *re
 		perch_pipe_write(ls->w, "ok ", 3);
 		perch_pipe_write(ls->w, line, n);
 		perch_pipe_write(ls->w, "\n", 1);
+		ls->linger |= n == 3 && memcmp(line, "bye", 3) == 0;
 		off = nl + 1;
 	}
 	if (off < res->len)
@@ -82,12 +83,12 @@ static void ls_run(struct line_sess *ls)
 		size_t used = ls_answer(ls, &res);
 		perch_pipe_advance_to(ls->r, used, res.len);
 		ls->partial = used < res.len;
-		ls->close_after_flush = res.completed || (!ls->partial && perch_session_stopping(ls->s));
+		ls->close_after_flush = res.completed || ls->linger || (!ls->partial && perch_session_stopping(ls->s));
 		rc = perch_pipe_flush_or_wait(ls->w, ls_flushed, ls);
 		if (rc == PERCH_PENDING)
 			return;
 		if (rc < 0 || ls->close_after_flush) {
-			perch_session_end(ls->s, PERCH_SESSION_CLOSE);
+			perch_session_end(ls->s, rc == 0 && ls->linger ? PERCH_SESSION_LINGER : PERCH_SESSION_CLOSE);
 			return;
 		}
 		perch_session_touch(ls->s);
@@ -161,7 +162,7 @@ static void bad_options_are_refused(void **state)
 	struct perch_server_opts o = line_opts();
 	assert_int_equal(perch_server_start(NULL, &srv), -EINVAL);
 	assert_int_equal(perch_server_start(&o, NULL), -EINVAL);
-	struct perch_server_opts bad[] = { o, o, o, o, o, o, o, o };
+	struct perch_server_opts bad[] = { o, o, o, o, o, o, o, o, o };
 	bad[0].start = NULL;
 	bad[1].threads = -1;
 	bad[2].threads = 1025;
@@ -171,6 +172,7 @@ static void bad_options_are_refused(void **state)
 	bad[6].host = "localhost";
 	bad[7].unix_name = "@perch-server-bad";
 	bad[7].threads = 2;
+	bad[8].state_size = SIZE_MAX - 8; /* would wrap the session's size */
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		assert_int_equal(perch_server_start(&bad[i], &srv), -EINVAL);
 	assert_null(srv);
@@ -390,6 +392,83 @@ static void a_unix_socket_server_serves_and_stops(void **state)
 	close(fd);
 }
 
+/*
+ * The session's answer to "bye" ends it lingering, and the stop that is
+ * under way waits for the linger: the client, still sending after the
+ * answer, reads it and then the end, not a reset.
+ */
+static void a_stop_waits_for_a_lingering_close(void **state)
+{
+	struct perch_server_opts o = line_opts();
+	struct perch_server *srv;
+	assert_int_equal(perch_server_start(&o, &srv), 0);
+	int fd = su_connect(perch_server_port(srv)), idle = su_connect(perch_server_port(srv));
+	char plus, got[8], junk[1000];
+	memset(junk, 'x', sizeof(junk));
+	round_trip(idle, "first\n");
+	assert_true(su_send_str(fd, "by"));
+	assert_true(su_recv_all(fd, &plus, 1) && plus == '+');
+	struct stopper st = { .srv = srv, .deadline_ms = 10000 };
+	assert_int_equal(pthread_create(&st.th, NULL, stopper_main, &st), 0);
+	assert_true(reads_eof(idle)); /* the stop began */
+	close(idle);
+	assert_true(su_send_str(fd, "e\n"));
+	assert_true(su_recv_all(fd, got, 7));
+	assert_memory_equal(got, "ok bye\n", 7);
+	usleep(100 * 1000); /* a loop that did not wait would be gone by now */
+	assert_true(su_send(fd, junk, sizeof(junk)));
+	assert_int_equal(shutdown(fd, SHUT_WR), 0);
+	assert_true(reads_eof(fd));
+	pthread_join(st.th, NULL);
+	assert_int_equal(st.rep.finished, 2);
+	assert_int_equal(st.rep.aborted, 0);
+	close(fd);
+}
+
+/* A stop callback that ends every session at once, its own and the others (ASan watches the walk). */
+enum { MANY = 4 };
+static struct perch_session *all[MANY];
+static int nall;
+
+static void remember_start(struct perch_session *s, struct perch_pipe_reader *r, struct perch_pipe_writer *w,
+			   void *app)
+{
+	if (nall < MANY)
+		all[nall++] = s;
+	ls_start(s, r, w, app);
+}
+
+static void end_everyone(struct perch_session *s, void *app)
+{
+	for (int i = 0; i < nall; i++)
+		perch_session_end(all[i], PERCH_SESSION_CLOSE);
+	nall = 0;
+}
+
+static void a_stop_callback_may_end_every_session(void **state)
+{
+	struct perch_server_opts o = line_opts();
+	o.start = remember_start;
+	o.stop = end_everyone;
+	nall = 0;
+	struct perch_server *srv;
+	assert_int_equal(perch_server_start(&o, &srv), 0);
+	int fd[MANY];
+	for (int i = 0; i < MANY; i++) {
+		fd[i] = su_connect(perch_server_port(srv));
+		round_trip(fd[i], "hello\n");
+	}
+	struct perch_server_report rep;
+	assert_int_equal(perch_server_stop(srv, 1000, &rep), 0);
+	assert_int_equal(rep.open_at_stop, MANY);
+	assert_int_equal(rep.finished, MANY);
+	assert_int_equal(atomic_load(&fini_calls), MANY);
+	for (int i = 0; i < MANY; i++) {
+		assert_true(reads_eof(fd[i]));
+		close(fd[i]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -400,6 +479,8 @@ int main(void)
 		cmocka_unit_test(a_session_with_nothing_parked_is_ended_by_the_server),
 		cmocka_unit_test(a_stop_from_a_loop_thread_is_refused),
 		cmocka_unit_test(a_unix_socket_server_serves_and_stops),
+		cmocka_unit_test(a_stop_waits_for_a_lingering_close),
+		cmocka_unit_test(a_stop_callback_may_end_every_session),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

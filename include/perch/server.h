@@ -67,20 +67,23 @@ struct perch_server_opts {
 	int idle_end;
 	struct perch_loop_opts loop;   /* each loop's (perch_loop_new) */
 	struct perch_conn_opts conn;   /* each accepted connection's */
-	size_t state_size;             /* per-session state handed out by perch_session_state, zeroed */
+	size_t state_size;             /* per-session state (perch_session_state), zeroed; at most 1 GiB */
 	perch_session_start_fn start;  /* required */
 	/*
 	 * Optional: a graceful stop began (perch_server_stop). The protocol
 	 * ends the session at its next message boundary (a session parked on
 	 * a read with nothing pending can end at once); without it, sessions
 	 * are left to end by themselves until the deadline.
-	 * perch_session_stopping tells the same from anywhere.
+	 * perch_session_stopping tells the same from anywhere. It may end
+	 * any session, its own or others.
 	 */
 	perch_session_fn stop;
 	/*
 	 * Optional: the session ended, however it ended (perch_session_end,
 	 * its idle time, the stop's deadline); the last call for it, before
-	 * its state is freed. Its connection is already closed.
+	 * its state is freed. Its connection is closed (or closing,
+	 * lingering), its reader and writer are freed and every continuation
+	 * of theirs has run; do not use them or the connection here.
 	 */
 	perch_session_fn fini;
 	void *app;                     /* handed to every callback */
@@ -94,12 +97,13 @@ struct perch_server_opts {
  * threads inherit the mask) to stop on a signal. Returns 0 with *out set,
  * or a negative errno: -EINVAL for a NULL argument, a missing start, a
  * port out of range, threads below 0 or above 1024, threads > 1 on a Unix
- * name, an idle timeout above PERCH_TIMER_MAX_MS, a bad idle_end, a host that is not a
- * numeric address; -EADDRINUSE when a socket already holds the port or the
- * name (a SO_REUSEPORT listener of another server included); -EAGAIN when
- * a thread cannot be made; perch_loop_new's, perch_listen_tcp's or
+ * name, an idle timeout above PERCH_TIMER_MAX_MS, a bad idle_end, a
+ * state_size above 1 GiB, a host that is not a numeric address;
+ * -EADDRINUSE when a socket already holds the port or the name (a
+ * SO_REUSEPORT listener of another server included); -EAGAIN when a
+ * thread cannot be made; perch_loop_new's, perch_listen_tcp's or
  * perch_listen_unix's errors; -ENOMEM. Nothing is left running on an
- * error.
+ * error, and no callback of the server's has run.
  */
 PERCH_API int perch_server_start(const struct perch_server_opts *opts, struct perch_server **out);
 
@@ -114,18 +118,21 @@ struct perch_server_report {
 	uint64_t sessions;             /* accepted over the server's life */
 	uint64_t idle_closed;          /* of them, closed when their idle time ran out */
 	uint64_t open_at_stop;         /* open when the stop began */
-	uint64_t finished;             /* of those, ended by the protocol before the deadline */
-	uint64_t aborted;              /* of those, cut at the deadline (a reset) */
+	uint64_t finished;             /* of those, ended before the deadline (by the protocol or idle) */
+	uint64_t aborted;              /* of those, cut at the deadline (a reset); and a failed loop's */
+	uint64_t loops_failed;         /* loops whose run failed (a broken ring): their sessions were reset */
 };
 
 /*
  * Stops the server gracefully and frees it: every loop stops accepting
  * (its listener closes), each open session gets the stop callback, and
- * the server waits until they have ended or `deadline_ms` has passed
- * (0: no wait), then aborts the rest: each connection is reset, which
+ * the server waits until they have ended, and their lingering closes
+ * too (PERCH_SESSION_LINGER), or until `deadline_ms` has passed (0: no
+ * wait); then it aborts the rest: each connection is reset, which
  * delivers its parked read or flush with an error (whose continuation
  * ends the session), and a session still not ended then is ended by the
- * server. Then the loops stop and are freed, and the threads joined.
+ * server. Then the loops stop and are freed (ending any linger left),
+ * and the threads joined.
  * Call it once, from any thread but the server's loops. Returns 0 with
  * *report filled when report is not NULL; -EINVAL for a NULL server or a
  * deadline above PERCH_TIMER_MAX_MS (nothing is stopped); -EDEADLK from
@@ -171,12 +178,12 @@ enum perch_session_end_how {
 /*
  * Ends the session: closes its connection as `how` says (a read or flush
  * still parked on it is delivered inside this call, with an error; a
- * perch_session_end made from that continuation does nothing), calls the
- * fini callback, frees the reader, the writer and the state, and drops
- * the connection. The session is gone when it returns, unless the server
- * is inside a call that holds it (then it is freed when that call
- * returns). A second call does nothing. Returns 0, or -EINVAL for NULL or
- * a bad `how` (nothing is done).
+ * perch_session_end made from that continuation, or from fini, does
+ * nothing), frees the reader and the writer, calls the fini callback,
+ * drops the connection and frees the state. `s` is gone when it returns
+ * (unless the server holds it across one of its callbacks: then it is
+ * freed when that callback returns); do not use it again. Returns 0, or
+ * -EINVAL for NULL or a bad `how` (nothing is done).
  */
 PERCH_API int perch_session_end(struct perch_session *s, enum perch_session_end_how how);
 
