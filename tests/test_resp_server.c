@@ -139,6 +139,19 @@ static void pipelined_gets_of_a_large_value_stage_a_bounded_reply(void **state)
 }
 
 /* This process's resident memory in KiB (VmRSS), or -1. */
+/* SET big to `len` bytes of 'v' over fd, and its +OK. */
+static void set_big(int fd, int len)
+{
+	char *set = malloc((size_t)len + 64);
+	assert_non_null(set);
+	int h = sprintf(set, "*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$%d\r\n", len);
+	memset(set + h, 'v', (size_t)len);
+	memcpy(set + h + len, "\r\n", 2);
+	assert_true(su_send(fd, set, (size_t)h + len + 2));
+	free(set);
+	expect(fd, NULL, "+OK\r\n");
+}
+
 static long rss_kib(void)
 {
 	FILE *f = fopen("/proc/self/status", "r");
@@ -166,14 +179,7 @@ static void pipelined_gets_of_a_large_value_never_read_cost_bounded_memory(void 
 	long before = rss_kib(), peak = before;
 	assert_true(before > 0);
 	int fd = su_connect_to(state);
-	char *set = malloc(VAL + 64);
-	assert_non_null(set);
-	int h = sprintf(set, "*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$%d\r\n", VAL);
-	memset(set + h, 'v', VAL);
-	memcpy(set + h + VAL, "\r\n", 2);
-	assert_true(su_send(fd, set, (size_t)h + VAL + 2));
-	free(set);
-	expect(fd, NULL, "+OK\r\n");
+	set_big(fd, VAL);
 	static const char get[] = "*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n";
 	char *gets = malloc(GETS * (sizeof(get) - 1) + 1);
 	assert_non_null(gets);
@@ -193,6 +199,66 @@ static void pipelined_gets_of_a_large_value_never_read_cost_bounded_memory(void 
 	expect(other, "PING\r\n", "+PONG\r\n");
 	close(other);
 	close(fd);
+}
+
+struct stop_call {
+	struct su_server *s;
+	struct perch_server_report rep;
+};
+
+static void *stop_main(void *p)
+{
+	struct stop_call *sc = p;
+	serve_report_to(sc->s->srv, &sc->rep);
+	sc->s->stop(sc->s->srv);
+	return NULL;
+}
+
+/* True when the next read is a clean end of stream (not a reset). */
+static bool reads_eof(int fd)
+{
+	char c;
+	ssize_t r;
+	while ((r = recv(fd, &c, 1, 0)) < 0 && errno == EINTR)
+		;
+	return r == 0;
+}
+
+/*
+ * SIGTERM's stop begins while a 4 MiB GET answer waits for a slow
+ * reader: once the reader took it, the session is between commands and
+ * ends (a FIN, counted finished), instead of waiting for the deadline's
+ * reset.
+ */
+static void a_stop_while_a_long_answer_is_flushed_ends_after_it(void **state)
+{
+	enum { VAL = 4 << 20 };
+	struct su_server *s = su_start(resp_start, resp_stop, 1);
+	assert_non_null(s);
+	int fd = su_connect_rcvbuf(s->port, 4096), idle = su_connect(s->port);
+	assert_true(fd >= 0 && idle >= 0);
+	expect(idle, "PING\r\n", "+PONG\r\n");
+	set_big(fd, VAL);
+	char *buf = malloc(VAL + 64);
+	assert_non_null(buf);
+	assert_true(su_send_str(fd, "*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n"));
+	assert_true(su_recv_all(fd, buf, 1)); /* the answer is on its way: its flush waits for us */
+	struct stop_call sc = { .s = s };
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, stop_main, &sc), 0);
+	assert_true(reads_eof(idle)); /* the stop began */
+	int h = sprintf(buf, "$%d\r\n", VAL);
+	assert_true(su_recv_all(fd, buf + 1, (size_t)h + VAL + 2 - 1));
+	assert_memory_equal(buf + h + VAL, "\r\n", 2);
+	assert_true(reads_eof(fd));
+	pthread_join(th, NULL);
+	assert_int_equal(sc.rep.open_at_stop, 2);
+	assert_int_equal(sc.rep.finished, 2);
+	assert_int_equal(sc.rep.aborted, 0);
+	close(fd);
+	close(idle);
+	free(buf);
+	free(s);
 }
 
 static void command_sent_byte_by_byte_is_answered(void **state)
@@ -291,6 +357,7 @@ int main(void)
 		T(protocol_error_is_answered_then_closed),
 		T(unknown_command_is_an_error_and_the_connection_goes_on),
 		cmocka_unit_test_setup_teardown(two_loops_share_one_store, setup_two_loops, teardown),
+		cmocka_unit_test(a_stop_while_a_long_answer_is_flushed_ends_after_it),
 	};
 #undef T
 	return cmocka_run_group_tests_name("resp server", tests, NULL, NULL);

@@ -57,7 +57,8 @@ static void pump_read_ready(void *arg, int64_t result)
 static void pump_flushed(void *arg, int64_t result)
 {
 	struct pump *p = arg;
-	if (result < 0 || p->close_after_flush) {
+	/* A stop that began while this flush waited finds the session between messages now. */
+	if (result < 0 || p->close_after_flush || (!p->partial && perch_session_stopping(p->s))) {
 		pump_end(p, result == 0);
 		return;
 	}
@@ -108,6 +109,7 @@ static void pump_run(struct pump *p)
 			return;
 		}
 		p->close_after_flush = pump_answer(p, &res);
+		bool answered = perch_pipe_writer_staged(p->w) > 0;
 		rc = perch_pipe_flush_or_wait(p->w, pump_flushed, p);
 		if (rc == PERCH_PENDING)
 			return;
@@ -115,6 +117,8 @@ static void pump_run(struct pump *p)
 			pump_end(p, rc == 0);
 			return;
 		}
+		if (answered)
+			perch_session_touch(p->s); /* an answer's flush completed at once */
 	}
 }
 
