@@ -23,6 +23,8 @@ struct line_sess {
 };
 
 static atomic_int fini_calls, started;
+#define BIG_ANSWER (4u << 20) /* "big\n" answers "ok big\n" and this many bytes more */
+static const char big_chunk[4096];
 static _Atomic(struct perch_loop *) loop_of[128]; /* the loop of the session started n-th */
 
 static void ls_run(struct line_sess *ls);
@@ -40,7 +42,7 @@ static void ls_read_ready(void *arg, int64_t result)
 static void ls_flushed(void *arg, int64_t result)
 {
 	struct line_sess *ls = arg;
-	if (result < 0 || ls->close_after_flush) {
+	if (result < 0 || ls->close_after_flush || (!ls->partial && perch_session_stopping(ls->s))) {
 		perch_session_end(ls->s, result == 0 && ls->linger ? PERCH_SESSION_LINGER : PERCH_SESSION_CLOSE);
 		return;
 	}
@@ -60,6 +62,9 @@ static size_t ls_answer(struct line_sess *ls, const struct perch_read_result *re
 		perch_pipe_write(ls->w, line, n);
 		perch_pipe_write(ls->w, "\n", 1);
 		ls->linger |= n == 3 && memcmp(line, "bye", 3) == 0;
+		if (n == 3 && memcmp(line, "big", 3) == 0)
+			for (size_t i = 0; i < BIG_ANSWER / sizeof(big_chunk); i++)
+				perch_pipe_write(ls->w, big_chunk, sizeof(big_chunk));
 		off = nl + 1;
 	}
 	if (off < res->len)
@@ -91,7 +96,8 @@ static void ls_run(struct line_sess *ls)
 			perch_session_end(ls->s, rc == 0 && ls->linger ? PERCH_SESSION_LINGER : PERCH_SESSION_CLOSE);
 			return;
 		}
-		perch_session_touch(ls->s);
+		if (used > 0)
+			perch_session_touch(ls->s); /* an answer's flush completed at once */
 	}
 }
 
@@ -425,6 +431,37 @@ static void a_stop_waits_for_a_lingering_close(void **state)
 	close(fd);
 }
 
+/*
+ * The stop begins while a session's flush of a long answer waits for a
+ * slow reader: once the reader took it all, the session is between
+ * messages and ends then (a FIN), not at the deadline (a reset).
+ */
+static void a_session_whose_flush_waits_at_the_stop_ends_after_it(void **state)
+{
+	struct perch_server_opts o = line_opts();
+	struct perch_server *srv;
+	assert_int_equal(perch_server_start(&o, &srv), 0);
+	int slow = su_connect_rcvbuf(perch_server_port(srv), 4096), idle = su_connect(perch_server_port(srv));
+	round_trip(idle, "first\n");
+	char *got = malloc(BIG_ANSWER + 7);
+	assert_non_null(got);
+	assert_true(su_send_str(slow, "big\n"));
+	assert_true(su_recv_all(slow, got, 1)); /* the answer is on its way: its flush waits for us */
+	struct stopper st = { .srv = srv, .deadline_ms = 10000 };
+	assert_int_equal(pthread_create(&st.th, NULL, stopper_main, &st), 0);
+	assert_true(reads_eof(idle)); /* the stop began */
+	close(idle);
+	assert_true(su_recv_all(slow, got + 1, BIG_ANSWER + 6));
+	assert_memory_equal(got, "ok big\n", 7);
+	assert_true(reads_eof(slow));
+	pthread_join(st.th, NULL);
+	assert_int_equal(st.rep.open_at_stop, 2);
+	assert_int_equal(st.rep.finished, 2);
+	assert_int_equal(st.rep.aborted, 0);
+	close(slow);
+	free(got);
+}
+
 /* A stop callback that ends every session at once, its own and the others (ASan watches the walk). */
 enum { MANY = 4 };
 static struct perch_session *all[MANY];
@@ -481,6 +518,7 @@ int main(void)
 		cmocka_unit_test(a_unix_socket_server_serves_and_stops),
 		cmocka_unit_test(a_stop_waits_for_a_lingering_close),
 		cmocka_unit_test(a_stop_callback_may_end_every_session),
+		cmocka_unit_test(a_session_whose_flush_waits_at_the_stop_ends_after_it),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
 #include <perch/conn.h>
 #include <perch/loop.h>
 #include <perch/pipe.h>
+#include <perch/timer.h>
 
 #ifdef __cplusplus
 extern "C" {
