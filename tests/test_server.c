@@ -23,6 +23,26 @@ struct line_sess {
 };
 
 static atomic_int fini_calls, started;
+
+/* --wrap=pthread_create: with creates_left >= 0, that many more creates work, then EAGAIN. */
+int __real_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg);
+static atomic_int creates_left = -1;
+static int refused_port;               /* a client connects here just before the refusal */
+
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg)
+{
+	int left = atomic_load(&creates_left);
+	if (left == 0) {
+		int fd = su_connect(refused_port); /* a loop already running would take it now */
+		usleep(100 * 1000);
+		if (fd >= 0)
+			close(fd);
+		return EAGAIN;
+	}
+	if (left > 0)
+		atomic_fetch_sub(&creates_left, 1);
+	return __real_pthread_create(t, a, fn, arg);
+}
 #define BIG_ANSWER (4u << 20) /* "big\n" answers "ok big\n" and this many bytes more */
 static const char big_chunk[4096];
 static _Atomic(struct perch_loop *) loop_of[128]; /* the loop of the session started n-th */
@@ -506,6 +526,40 @@ static void a_stop_callback_may_end_every_session(void **state)
 	}
 }
 
+/* A port nothing listens on now (bound, read, closed). */
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+/*
+ * The second of three threads cannot be made: the start fails with
+ * -EAGAIN, the first loop never ran (a client connecting meanwhile
+ * started no session), and nothing is left open.
+ */
+static void a_start_that_cannot_make_a_thread_runs_nothing(void **state)
+{
+	struct perch_server_opts o = line_opts();
+	o.threads = 3;
+	o.port = refused_port = free_port();
+	int fds = lu_count_fds();
+	struct perch_server *srv = NULL;
+	atomic_store(&creates_left, 1);
+	int rc = perch_server_start(&o, &srv);
+	atomic_store(&creates_left, -1);
+	assert_int_equal(rc, -EAGAIN);
+	assert_null(srv);
+	assert_int_equal(atomic_load(&started), 0);
+	assert_int_equal(atomic_load(&fini_calls), 0);
+	assert_int_equal(lu_count_fds(), fds);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -519,6 +573,7 @@ int main(void)
 		cmocka_unit_test(a_stop_waits_for_a_lingering_close),
 		cmocka_unit_test(a_stop_callback_may_end_every_session),
 		cmocka_unit_test(a_session_whose_flush_waits_at_the_stop_ends_after_it),
+		cmocka_unit_test(a_start_that_cannot_make_a_thread_runs_nothing),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
