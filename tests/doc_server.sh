@@ -10,8 +10,10 @@ trap 'rm -rf "$out"' EXIT
 # The first C block of the page, as a reader would paste it.
 awk '/^```c$/ { on = 1; next } on && /^```$/ { exit } on' "$top/doc/server.md" >"$out/server.c"
 [[ -s $out/server.c ]] || { echo "FAIL: no C block in doc/server.md"; exit 1; }
-if ! ${CC:-cc} -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Werror -I"$top/include" \
-	"$out/server.c" "$lib" -luring -lck -lpthread -o "$out/server"; then
+# The build's compiler and sanitizer flags (make check exports them): an ASan archive needs ASan.
+# shellcheck disable=SC2086
+if ! ${PERCH_CC:-${CC:-cc}} -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Werror ${PERCH_SAN_CFLAGS:-} \
+	-I"$top/include" "$out/server.c" "$lib" -luring -lck -lpthread -o "$out/server"; then
 	echo "FAIL: doc/server.md's server does not build"
 	exit 1
 fi
