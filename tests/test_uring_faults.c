@@ -188,6 +188,12 @@ static void nothing(void *arg)
 {
 }
 
+/* Posted: the loop's next wait fails with EBADF, a ring broken for good. */
+static void arm_wait_ebadf(void *arg)
+{
+	arm(WAIT, 1, EBADF);
+}
+
 /*
  * A send the broken ring never took: a connection's flush, made in the
  * turn whose SQ is full and whose submit is refused for good. The run
@@ -342,8 +348,12 @@ static void a_ring_broken_under_a_stuck_zerocopy_write_resets_it_before_the_rele
 		pthread_t th;
 		pthread_create(&th, NULL, zc_broken_reader, &z);
 		perch_conn_release(c);
-		arm(WAIT, 1, EBADF);
-		assert_int_equal(perch_loop_post(l.loop, nothing, NULL), 0);
+		/*
+		 * Armed from the loop's thread: armed from here, the loop (woken by
+		 * the reader's progress) could break and be freed before a post
+		 * meant to wake it landed, leaving the post unrun.
+		 */
+		assert_int_equal(perch_loop_post(l.loop, arm_wait_ebadf, NULL), 0);
 		assert_int_equal(joined(&l), -EBADF);
 		disarm();
 		pthread_join(th, NULL);
