@@ -527,6 +527,27 @@ static inline void lu_catch_accept(struct perch_listener *ls, struct perch_conn 
 /* cmocka's asserts: only for the test programs (the race suite includes this header without cmocka). */
 #ifdef cmocka_unit_test
 
+/* perch_loop_stats, read on the loop's thread (a posted function). */
+struct lu_stats_call {
+	struct perch_loop *loop;
+	struct perch_loop_stats st;
+	int rc;
+};
+
+static inline void lu_stats_read(void *arg)
+{
+	struct lu_stats_call *p = arg;
+	p->rc = perch_loop_stats(p->loop, &p->st);
+}
+
+static inline struct perch_loop_stats lu_stats(struct lu_loop *l)
+{
+	struct lu_stats_call p = { .loop = l->loop, .rc = 1 };
+	assert_int_equal(lu_on_loop(l, lu_stats_read, &p), 0);
+	assert_int_equal(p.rc, 0);
+	return p.st;
+}
+
 struct lu_paused_free {
 	struct perch_loop *loop;
 	struct perch_listener *first, *paused;

@@ -1642,31 +1642,10 @@ static void big_send_released(void *arg, const void *data, size_t len)
 	perch__faa_u32(&b->releases, 1);
 }
 
-/* perch_loop_stats called on the loop's thread (a posted function). */
-struct public_stats {
-	struct perch_loop *loop;
-	struct perch_loop_stats st;
-	int rc;
-};
-
-static void public_stats_read(void *arg)
-{
-	struct public_stats *p = arg;
-	p->rc = perch_loop_stats(p->loop, &p->st);
-}
-
-static struct perch_loop_stats public_stats(struct lu_loop *l)
-{
-	struct public_stats p = { .loop = l->loop, .rc = 1 };
-	assert_int_equal(lu_on_loop(l, public_stats_read, &p), 0);
-	assert_int_equal(p.rc, 0);
-	return p.st;
-}
-
 /* Whether this loop tries zero-copy sends: io_uring on a kernel that has them. */
 static bool tries_zerocopy(struct lu_loop *l)
 {
-	return strcmp(perch_loop_backend_name(l->loop), "io_uring") == 0 && public_stats(l).zerocopy_available;
+	return strcmp(perch_loop_backend_name(l->loop), "io_uring") == 0 && lu_stats(l).zerocopy_available;
 }
 
 /* Whether they go: on a Unix socket the kernel refuses the first, and the socket sends plain after. */
@@ -1685,7 +1664,7 @@ static bool sends_zerocopy(struct lu_loop *l)
  */
 static void big_send_zerocopy_checked(struct big_send *b, size_t write_size)
 {
-	struct perch_loop_stats st = public_stats(&b->l);
+	struct perch_loop_stats st = lu_stats(&b->l);
 	print_message("%s: %llu zero-copy sends, %llu notifications\n", perch_loop_backend_name(b->l.loop),
 		      (unsigned long long)st.zerocopy_sends, (unsigned long long)st.zerocopy_notifs);
 	if (write_size == BIG_ZC && sends_zerocopy(&b->l)) {
@@ -1880,7 +1859,7 @@ static void a_chain_with_a_forwarded_segment_is_sent_plain_to_the_end(void **sta
 	assert_memory_equal(b.r.in, b.out, BIG_N);
 	assert_memory_equal(b.r.in + BIG_N, head, sizeof(head));
 	big_send_released_once(&b);
-	assert_int_equal(public_stats(&b.l).zerocopy_sends, 0);
+	assert_int_equal(lu_stats(&b.l).zerocopy_sends, 0);
 	perch_conn_release(src);
 	close(fd2);
 	close(lfd2);
@@ -1896,7 +1875,7 @@ static void loop_stats_are_read_on_the_loop_thread_only(void **state)
 {
 	struct lu_loop l;
 	assert_int_equal(lu_start(&l, NULL), 0);
-	struct perch_loop_stats pub = public_stats(&l);
+	struct perch_loop_stats pub = lu_stats(&l);
 	loop_stats_t in = loop_stats(&l);
 	assert_int_equal(pub.zerocopy_available, in.zerocopy_available);
 	assert_int_equal(pub.enobufs_parks, in.enobufs_parks);
