@@ -122,10 +122,21 @@ static void linger_timed_out(struct perch_timer *t, void *arg)
 		lg->ended = NULL;
 }
 
-/* Loop thread. A refused timer (the loop is being freed) ends it at once: nothing would bound it. */
+/*
+ * Loop thread. Past linger_max lingering, or with a refused timer (the
+ * loop is being freed), it ends at once: a flood of peers that neither
+ * send nor close must not hold an fd each for the whole timeout.
+ */
 static void linger_start(struct lingering *lg)
 {
-	lg->loop->stats.lingering++;
+	struct perch_loop *loop = lg->loop;
+	bool over_cap = loop->stats.lingering >= loop->opts.linger_max;
+	loop->stats.lingering++;
+	if (over_cap) {
+		loop->stats.lingers_refused++;
+		linger_end(lg);
+		return;
+	}
 	if (perch_timer_start(&lg->timer, lg->timeout_ms) != 0) {
 		linger_end(lg);
 		return;

@@ -12,6 +12,7 @@
 #include "loop_internal.h"
 
 #define DEFAULT_READ_BUDGET (64u * 1024)   /* epoll: bytes per connection per turn */
+#define DEFAULT_LINGER_MAX 1024u           /* connections in a lingering close at once */
 #define FREE_DRAIN_MS 5000        /* perch_loop_free waits this long for the last completions */
 #define FREE_LAST_DRAINS 64       /* and drains posts made by posts at most this many times */
 
@@ -52,6 +53,8 @@ static int resolve_loop_opts(const struct perch_loop_opts *in, struct perch_loop
 		o->buf_size = 16 * 1024;
 	if (o->read_budget == 0)
 		o->read_budget = DEFAULT_READ_BUDGET;
+	if (o->linger_max == 0)
+		o->linger_max = DEFAULT_LINGER_MAX;
 	if (o->sq_entries > 32768 || o->buf_count > 32768 || (o->buf_count & (o->buf_count - 1)) ||
 	    o->buf_size > (1u << 20))
 		return -EINVAL;
@@ -146,6 +149,7 @@ int perch_loop_stats(struct perch_loop *loop, struct perch_loop_stats *out)
 		.zerocopy_notifs = loop->stats.zerocopy_notifs,
 		.zerocopy_refused = loop->stats.zerocopy_refused,
 		.lingering = loop->stats.lingering,
+		.lingers_refused = loop->stats.lingers_refused,
 	};
 	return 0;
 }

@@ -20,10 +20,11 @@ struct pair {
 	int fds; /* the process's fds with the client's and without the server's end */
 };
 
-static void pair_open(struct pair *p)
+/* A pair on a loop that lets linger_max connections linger at once (0: the default). */
+static void pair_open_max(struct pair *p, uint32_t linger_max)
 {
 	memset(p, 0, sizeof(*p));
-	struct perch_loop_opts o = { .backend = backend };
+	struct perch_loop_opts o = { .backend = backend, .linger_max = linger_max };
 	assert_int_equal(lu_start(&p->l, &o), 0);
 	sem_init(&p->k.got, 0, 0);
 	assert_int_equal(perch_listen(p->l.loop, "127.0.0.1", 0, NULL, lu_catch_accept, &p->k, &p->ls), 0);
@@ -31,6 +32,11 @@ static void pair_open(struct pair *p)
 	p->client = lu_plain_connect_to(p->ls);
 	assert_true(p->client >= 0);
 	assert_int_equal(lu_sem_wait(&p->k.got, LU_TIMEOUT_MS), 0);
+}
+
+static void pair_open(struct pair *p)
+{
+	pair_open_max(p, 0);
 }
 
 static void pair_close(struct pair *p)
@@ -209,6 +215,48 @@ static void a_pipe_reader_freed_after_the_start_ends_the_linger(void **state)
 	}
 }
 
+/*
+ * With linger_max 1, a second lingering close while the first client
+ * still lingers (silent, a minute's timeout) closes at once: its server
+ * end goes long before the timeout, and the loop counts it refused. The
+ * first goes on lingering: its client still sends 64 KiB whole and reads
+ * the answer and the end.
+ */
+static void past_linger_max_a_lingering_close_closes_at_once(void **state)
+{
+	struct pair p;
+	pair_open_max(&p, 1);
+	answer_unread_request(&p);
+	struct perch_linger_opts o = { .timeout_ms = 60 * 1000 };
+	assert_int_equal(perch_conn_close_lingering(p.k.c, &o), 0);
+
+	int first = p.client;
+	p.client = lu_plain_connect_to(p.ls);
+	assert_true(p.client >= 0);
+	assert_int_equal(lu_sem_wait(&p.k.got, LU_TIMEOUT_MS), 0);
+	p.fds = lu_count_fds() - 1; /* the second's server end is there now; it is the one to go */
+	answer_unread_request(&p);
+	assert_int_equal(perch_conn_close_lingering(p.k.c, &o), 0);
+	assert_true(server_end_closed(&p));
+	struct perch_loop_stats st = lu_stats(&p.l);
+	assert_int_equal(st.lingering, 1);
+	assert_int_equal(st.lingers_refused, 1);
+
+	enum { MORE = 64 * 1024 };
+	assert_int_equal(send_bytes(first, MORE), MORE);
+	assert_int_equal(shutdown(first, SHUT_WR), 0);
+	char buf[16];
+	int end = 1;
+	assert_int_equal(read_to_end(first, buf, sizeof(buf), &end), 6);
+	assert_memory_equal(buf, "ANSWER", 6);
+	assert_int_equal(end, 0);
+	p.fds--;
+	assert_true(server_end_closed(&p));
+	assert_int_equal(lu_stats(&p.l).lingering, 0);
+	close(first);
+	pair_close(&p);
+}
+
 /* Misuse, each its own errno, and nothing changed by it: the connection still answers and lingers after. */
 static void misuse_is_refused_and_changes_nothing(void **state)
 {
@@ -255,6 +303,7 @@ int main(void)
 		cmocka_unit_test(a_silent_client_is_closed_after_the_timeout),
 		cmocka_unit_test(the_loops_free_ends_a_linger_still_running),
 		cmocka_unit_test(a_pipe_reader_freed_after_the_start_ends_the_linger),
+		cmocka_unit_test(past_linger_max_a_lingering_close_closes_at_once),
 		cmocka_unit_test(misuse_is_refused_and_changes_nothing),
 	};
 	signal(SIGPIPE, SIG_IGN);

@@ -49,6 +49,9 @@ struct perch_loop_opts {
 	enum perch_backend backend; /* PERCH_BACKEND env overrides only DEFAULT */
 	uint32_t read_budget;      /* epoll: bytes one connection reads in one turn before the
 				    * others get theirs; 0: 64 KiB; PERCH_READ_BUDGET_UNBOUNDED */
+	uint32_t linger_max;       /* connections in a lingering close at once (perch/sock.h);
+				    * past it a lingering close shuts and closes at once, as a
+				    * plain close would; 0: 1024 */
 };
 
 /* Per-connection options; a zeroed struct (or NULL) means every default. */
@@ -145,6 +148,7 @@ struct perch_loop_stats {
 	uint64_t zerocopy_notifs;    /* io_uring: their notifications: the kernel let go of the bytes */
 	uint64_t zerocopy_refused;   /* io_uring: sockets that refused a zero-copy send (Unix ones): plain after */
 	uint64_t lingering;          /* connections in a lingering close now (perch_conn_close_lingering) */
+	uint64_t lingers_refused;    /* lingering closes made at once: linger_max were lingering */
 };
 
 /*

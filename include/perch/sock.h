@@ -262,7 +262,9 @@ struct perch_linger_opts {
  * thread, and a parked read gets the closed result it would get from
  * perch_conn_close: its continuation must not release `c` then. There is
  * no report of the end. perch_loop_free ends every linger still running
- * (closing its connection).
+ * (closing its connection). Past the loop's linger_max lingering at once
+ * (perch_loop_opts), the linger ends as it starts: the write side shut,
+ * then the close (stats.lingers_refused counts them).
  */
 PERCH_API int perch_conn_close_lingering(struct perch_conn *c, const struct perch_linger_opts *opts);
 
