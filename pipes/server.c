@@ -207,8 +207,16 @@ static struct perch_server *server_new(const struct perch_server_opts *o)
 	srv->opts.host = srv->host;
 	if (o->unix_name)
 		srv->opts.unix_name = strcpy(srv->unix_name, o->unix_name);
-	pthread_mutex_init(&srv->mu, NULL);
-	pthread_cond_init(&srv->stop_cond, NULL);
+	/* Default attributes: glibc does not fail these, but a libc may (ENOMEM). */
+	if (pthread_mutex_init(&srv->mu, NULL) != 0) {
+		free(srv);
+		return NULL;
+	}
+	if (pthread_cond_init(&srv->stop_cond, NULL) != 0) {
+		pthread_mutex_destroy(&srv->mu);
+		free(srv);
+		return NULL;
+	}
 	return srv;
 }
 

@@ -52,6 +52,15 @@ int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(voi
 		atomic_fetch_sub(&creates_left, 1);
 	return __real_pthread_create(t, a, fn, arg);
 }
+/* --wrap=pthread_cond_init: while cond_init_fails is set, ENOMEM. */
+int __real_pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a);
+static atomic_bool cond_init_fails;
+
+int __wrap_pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
+{
+	return atomic_load(&cond_init_fails) ? ENOMEM : __real_pthread_cond_init(c, a);
+}
+
 #define BIG_ANSWER (4u << 20) /* "big\n" answers "ok big\n" and this many bytes more */
 static const char big_chunk[4096];
 static _Atomic(struct perch_loop *) loop_of[128]; /* the loop of the session started n-th */
@@ -569,6 +578,24 @@ static void a_start_that_cannot_make_a_thread_runs_nothing(void **state)
 	assert_int_equal(lu_count_fds(), fds);
 }
 
+/* A start that cannot make its lock's condition variable: -ENOMEM, nothing left; the next start serves. */
+static void a_start_out_of_memory_for_its_condition_leaves_nothing(void **state)
+{
+	struct perch_server_opts o = line_opts();
+	o.port = free_port();
+	int fds = lu_count_fds();
+	struct perch_server *srv = NULL;
+	atomic_store(&cond_init_fails, true);
+	int rc = perch_server_start(&o, &srv);
+	atomic_store(&cond_init_fails, false);
+	assert_int_equal(rc, -ENOMEM);
+	assert_null(srv);
+	assert_int_equal(lu_count_fds(), fds);
+	assert_int_equal(perch_server_start(&o, &srv), 0);
+	assert_int_equal(perch_server_stop(srv, 1000, NULL), 0);
+	assert_int_equal(lu_count_fds(), fds);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -583,6 +610,7 @@ int main(void)
 		cmocka_unit_test(a_stop_callback_may_end_every_session),
 		cmocka_unit_test(a_session_whose_flush_waits_at_the_stop_ends_after_it),
 		cmocka_unit_test(a_start_that_cannot_make_a_thread_runs_nothing),
+		cmocka_unit_test(a_start_out_of_memory_for_its_condition_leaves_nothing),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
