@@ -35,6 +35,7 @@ struct perch__rxseg {
 	struct perch_seg seg;        /* what the conn core queues: owner = the loop, buf_id = the backend's id */
 	struct perch__msg release;   /* posted when released off the loop thread */
 	uint32_t slot, gen;          /* the socket it was delivered to (accounting) */
+	uint32_t tail_bytes;         /* bytes it moved into a compacted tail: its release keeps them counted */
 };
 
 #define PERCH__TX_IOV 64            /* iovecs per sendmsg; the rest goes in the next one */
@@ -53,6 +54,9 @@ struct perch__sock {
 	struct perch_conn *conn;     /* the loop holds one reference until the socket is finalized */
 	struct perch_conn_opts opts; /* resolved: no zero fields */
 	uint64_t unconsumed;         /* bytes delivered and not yet released */
+	uint32_t pool_held;          /* pool buffers among them (not the loop's own memory) */
+	uint32_t pool_max;           /* pool_held that pauses recv: twice pause_bytes' worth, and two */
+	bool rx_full;                /* unconsumed reached pause_bytes: paused until resume_bytes */
 	bool rx_paused;              /* backpressure wants recv stopped */
 	bool rx_ended;               /* FIN or error seen: never re-armed */
 	struct perch__txbuf *tx_chain; /* the chain being sent (one send in flight) */

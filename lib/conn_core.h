@@ -151,7 +151,8 @@ static inline bool perch__advance_fits(const struct perch_conn *c, size_t consum
  * Under the claim: ends the last result; returns the whole segments the
  * consumed bytes covered. When the reader examined all it was shown and
  * what is left is a short tail (c->compact_max) in the transport's
- * buffers, the tail moves to a segment of the conn's own, sized to it,
+ * buffers, or a tail spread thin over several, the tail moves to a
+ * segment of the transport's own memory (ops->tail_seg), sized to it,
  * and *given_up gets the buffers it left (else NULL): both lists go back
  * once the claim is let go.
  */

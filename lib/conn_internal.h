@@ -52,6 +52,17 @@ struct perch__transport_ops {
 	 * was received on may be gone by then.
 	 */
 	void (*release_seg)(struct perch_seg *seg);
+	/*
+	 * Optional: a segment of `len` bytes of the transport's own memory for
+	 * a waiting tail the reader's list gives up (perch_conn_advance: the
+	 * reader's thread, under the claim), counted as the connection's until
+	 * release_seg gives it back, as a received one is. `first` is the
+	 * first segment given up (the transport's, of this connection), and is
+	 * released after the call: the transport may hang the accounting on
+	 * it. NULL (no memory): the tail stays where it is. Without it the
+	 * reader never compacts.
+	 */
+	struct perch_seg *(*tail_seg)(struct perch_seg *first, size_t len);
 	/* The connection was closed: cancel in-flight work (its completions still come). */
 	void (*close)(struct perch_conn *c);
 	/*
@@ -115,7 +126,8 @@ struct perch_conn {
 	uint64_t rd_result_base;       /* stream offset the last result started at */
 	uint64_t rd_result_len;
 	bool rd_have_result;
-	uint32_t compact_max;          /* a waiting tail this short leaves the transport's buffers (0: never) */
+	uint32_t compact_max;          /* a quarter of a transport buffer: a waiting tail this short, or
+					* spread over several buffers at most half full, leaves them (0: never) */
 
 	/* ---- flush arm (any thread) ---- */
 	uint32_t flush_busy CK_CC_CACHELINE;   /* the in-progress guard */
@@ -156,16 +168,17 @@ struct perch_conn *perch__conn_new(const struct perch__transport_ops *ops, void 
 /* ---- completion entry points: one producer (the loop thread) at a time ---- */
 
 /*
- * buf_id of a segment allocated with its bytes in one malloc (a compacted
- * tail, a receive of the loop's own while the pool is empty): the conn
- * frees it, never gives it back to a transport.
+ * buf_id of a segment allocated with its bytes in one malloc that the conn
+ * frees itself, never giving it back to a transport (none is made now; a
+ * transport may still hand one over).
  */
 #define PERCH__SEG_OWN UINT32_MAX
 
 /*
- * buf_id of a loop's receive into malloc'd memory (the pool was empty:
- * perch__loop_recv_own): released through the loop like a pool buffer, so
- * its bytes count against the connection's pause, and freed there.
+ * buf_id of a loop's segment of malloc'd memory (a receive while the pool
+ * was empty, perch__loop_recv_own; a compacted tail, perch__op_tail_seg):
+ * released through the loop like a pool buffer, so its bytes count
+ * against the connection's pause, and freed there.
  */
 #define PERCH__SEG_HEAP (UINT32_MAX - 1)
 

@@ -201,35 +201,39 @@ void perch__segs_release(struct perch_conn *c, struct perch_seg *seg)
 	}
 }
 
-/* Whether the reader's list holds a buffer of the transport's (worth compacting). */
-static bool holds_transport_buffer(const struct perch_conn *c)
+/* The receive buffers (the transport's pool, not its own memory) in the reader's list. */
+static uint64_t transport_buffers(const struct perch_conn *c)
 {
+	uint64_t n = 0;
 	for (const struct perch_seg *seg = c->rd_head; seg; seg = seg->next)
-		if (seg->buf_id != PERCH__SEG_OWN)
-			return true;
-	return false;
+		n += seg->buf_id != PERCH__SEG_OWN && seg->buf_id != PERCH__SEG_HEAP;
+	return n;
 }
 
 /*
  * A peer that sends the start of a message and goes quiet would otherwise
- * keep a whole receive buffer (16 KiB of the loop's pool) for a few bytes:
- * with enough such peers no connection of the loop could receive. Copying
- * at most compact_max bytes, once per wait, costs less. Returns the
- * buffers given up (NULL: the list stays as it was).
+ * keep a whole receive buffer (16 KiB of the loop's pool) for a few bytes,
+ * and one that sends it a few bytes a segment would keep a buffer per
+ * segment: with enough such peers no connection of the loop could
+ * receive, and the loop's per-connection bound on buffers would leave the
+ * reader waiting for bytes it cannot get. So a waiting tail of at most
+ * compact_max bytes, or spread over several buffers at most half full, is
+ * copied into one segment of the transport's own. A copy per wait: for a
+ * tail of several buffers, at most about half a buffer per byte received.
+ * Returns the buffers given up (NULL: the list stays as it was).
  */
 static struct perch_seg *compact_tail(struct perch_conn *c)
 {
 	uint64_t left = c->rd_drained - c->rd_consumed;
-	if (left == 0 || left > c->compact_max || !holds_transport_buffer(c))
+	if (left == 0 || c->compact_max == 0 || !c->ops->tail_seg)
 		return NULL;
-	struct perch_seg *own = malloc(sizeof(*own) + left);
+	uint64_t bufs = transport_buffers(c);
+	if (bufs == 0 || left > (uint64_t)c->compact_max * (bufs >= 2 ? 2 * bufs : 1))
+		return NULL;
+	struct perch_seg *own = c->ops->tail_seg(c->rd_head, left);
 	if (!own)
 		return NULL; /* the tail stays where it is: nothing lost */
-	own->data = (uint8_t *)(own + 1);
-	own->len = (uint32_t)left;
-	own->buf_id = PERCH__SEG_OWN;
-	own->owner = NULL;
-	own->next = NULL;
+	PERCH_ASSERT(own->len == left && !own->next);
 	size_t at = 0, off = c->rd_head_off;
 	for (struct perch_seg *seg = c->rd_head; seg; seg = seg->next, off = 0) {
 		memcpy(own->data + at, seg->data + off, seg->len - off);

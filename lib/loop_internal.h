@@ -105,6 +105,7 @@ void perch__sock_start_close(struct perch__sock *s);
 
 /* Any thread: a received segment goes back to its loop (lib/recv.c). */
 void perch__op_release_seg(struct perch_seg *seg);
+struct perch_seg *perch__op_tail_seg(struct perch_seg *first, size_t len);
 /* Any thread: hands a staged chain to the loop to send (lib/send.c). */
 void perch__op_send(struct perch_conn *c, struct perch__txbuf *chain);
 /* Any thread: a pooled staging buffer on the loop thread (new if the pool is empty), else NULL (lib/send.c). */

@@ -52,11 +52,15 @@ void perch__loop_received(struct perch__sock *s, struct perch__rxseg *rs)
 		give_back(loop, rs);
 		return;
 	}
+	bool pool = rs->seg.buf_id != PERCH__SEG_HEAP;
 	rs->slot = s->slot;
 	rs->gen = s->gen;
+	rs->tail_bytes = 0;
 	s->unconsumed += len;
+	s->pool_held += pool;
 	if (perch__conn_recv_arrived(s->conn, &rs->seg) != 0) {
 		s->unconsumed -= len;
+		s->pool_held -= pool;
 		give_back(loop, rs);
 		arrival_failed(s);
 		return;
@@ -68,7 +72,10 @@ void perch__loop_received(struct perch__sock *s, struct perch__rxseg *rs)
 	 * reader may have consumed (and even closed) inside recv_arrived: the
 	 * socket stays valid until the end of this completion.
 	 */
-	if (!s->rx_paused && s->unconsumed >= s->opts.pause_bytes) {
+	if (s->unconsumed >= s->opts.pause_bytes)
+		s->rx_full = true;
+	/* A peer sending a few bytes a segment would otherwise hold a buffer a segment. */
+	if (!s->rx_paused && (s->rx_full || s->pool_held >= s->pool_max)) {
 		s->rx_paused = true;
 		loop->stats.recv_pauses++;
 		if (!s->closing)
@@ -146,10 +153,15 @@ void perch__loop_failed(struct perch__sock *s, int err)
 		perch__conn_failed(s->conn, err);
 }
 
+/*
+ * Bytes resume at resume_bytes; buffers as soon as one is back below the
+ * bound (a reader that waits gives up a tail spread thin: conn_read.c).
+ */
 static void maybe_resume(struct perch__sock *s)
 {
-	if (!s->rx_paused || s->unconsumed > s->opts.resume_bytes)
+	if (!s->rx_paused || (s->rx_full && s->unconsumed > s->opts.resume_bytes) || s->pool_held >= s->pool_max)
 		return;
+	s->rx_full = false;
 	s->rx_paused = false;
 	if (perch__loop_recv_wanted(s))
 		s->loop->be->recv_arm(s);
@@ -159,11 +171,16 @@ static void maybe_resume(struct perch__sock *s)
 static void release_now(struct perch_loop *loop, struct perch__rxseg *rs)
 {
 	struct perch__sock *s = perch__table_lookup(loop, rs->slot, rs->gen);
-	uint32_t len = rs->seg.len;
+	uint32_t len = rs->seg.len, tail = rs->tail_bytes;
+	bool pool = rs->seg.buf_id != PERCH__SEG_HEAP;
 	give_back(loop, rs);
 	if (s && s->kind == PERCH__SOCK_CONN) {
+		/* What it moved into a compacted tail stays counted, in the tail's segment. */
+		s->unconsumed += tail;
 		PERCH_ASSERT(s->unconsumed >= len); /* every released byte was counted when delivered */
+		PERCH_ASSERT(s->pool_held >= pool);
 		s->unconsumed -= len;
+		s->pool_held -= pool;
 		maybe_resume(s);
 	}
 }
@@ -171,6 +188,52 @@ static void release_now(struct perch_loop *loop, struct perch__rxseg *rs)
 static void run_posted_release(struct perch_loop *loop, struct perch__msg *m)
 {
 	release_now(loop, perch__container_of(m, struct perch__rxseg, release));
+}
+
+/*
+ * Each segment given up for a tail carries the bytes it moves into it:
+ * all of its own, but the first's consumed head. So each release, adding
+ * them before it takes its length away, leaves the count as it was or
+ * lower, in any order, and the sum moves the tail's `len` whole.
+ */
+static void stamp_moved_bytes(struct perch_seg *first, size_t len)
+{
+	size_t rest = 0;
+	for (struct perch_seg *seg = first->next; seg; seg = seg->next) {
+		struct perch__rxseg *rs = (struct perch__rxseg *)seg;
+		PERCH_ASSERT(rs->tail_bytes == 0);
+		rs->tail_bytes = seg->len;
+		rest += seg->len;
+	}
+	struct perch__rxseg *head = (struct perch__rxseg *)first;
+	PERCH_ASSERT(head->tail_bytes == 0 && rest < len && len - rest <= first->len);
+	head->tail_bytes = (uint32_t)(len - rest);
+}
+
+/*
+ * The conn core's tail_seg: loop memory sized to a compacted tail, which
+ * counts against the connection's pause like a received segment. The
+ * reader's thread, so the loop's count moves with the given-up segments'
+ * releases (stamp_moved_bytes). The new segment's release may run before
+ * them (inline on the loop thread while theirs are posted), which the
+ * count allows: until then they still hold more than its bytes.
+ */
+struct perch_seg *perch__op_tail_seg(struct perch_seg *first, size_t len)
+{
+	PERCH_ASSERT(first->buf_id != PERCH__SEG_OWN); /* a loop's segment: a struct perch__rxseg */
+	if (len > UINT32_MAX)
+		return NULL;
+	struct perch__rxseg *model = (struct perch__rxseg *)first;
+	struct perch__rxseg *rs = malloc(sizeof(*rs) + len);
+	if (!rs)
+		return NULL;
+	rs->seg = (struct perch_seg){ .data = (uint8_t *)(rs + 1), .len = (uint32_t)len, .buf_id = PERCH__SEG_HEAP,
+				      .owner = first->owner };
+	rs->slot = model->slot;
+	rs->gen = model->gen;
+	rs->tail_bytes = 0;
+	stamp_moved_bytes(first, len);
+	return &rs->seg;
 }
 
 /* The conn core's release_seg: at once on the loop thread, else posted on the segment's own message. */

@@ -150,6 +150,17 @@ int perch__addr_parse(const char *host, int port, struct sockaddr_storage *ss, s
 	return -EINVAL;
 }
 
+/*
+ * The pool buffers a connection may hold before it pauses: twice its
+ * pause in buffers, and two, so that a tail filling them at least half
+ * holds pause_bytes (the bytes' own pause) and a thinner one is compacted.
+ */
+static uint32_t pool_max(size_t pause_bytes, uint32_t buf_size)
+{
+	size_t bufs = pause_bytes / buf_size + (pause_bytes % buf_size != 0);
+	return bufs < UINT32_MAX / 2 - 1 ? (uint32_t)(2 * bufs + 2) : UINT32_MAX;
+}
+
 /* A connection socket over `fd`, with the loop's reference on its conn. Any thread. */
 struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd, sa_family_t family,
 					 const struct perch_conn_opts *opts)
@@ -169,6 +180,7 @@ struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd, sa_fam
 	}
 	/* A waiting tail up to a quarter of a receive buffer gives its pool buffers back (conn_read.c). */
 	s->conn->compact_max = loop->opts.buf_size / 4;
+	s->pool_max = pool_max(opts->pause_bytes, loop->opts.buf_size);
 	return s;
 }
 
@@ -361,6 +373,7 @@ static void op_shutdown(struct perch_conn *c)
 static const struct perch__transport_ops loop_conn_ops = {
 	.send = perch__op_send,
 	.release_seg = perch__op_release_seg,
+	.tail_seg = perch__op_tail_seg,
 	.close = op_close,
 	.abort = op_abort,
 	.shutdown = op_shutdown,

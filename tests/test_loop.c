@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <inttypes.h>
 #include <sys/wait.h>
 #include <linux/sockios.h>
 #include <signal.h>
@@ -980,14 +981,13 @@ static size_t gather(const struct perch_read_result *r, char *out, size_t cap)
 	return n;
 }
 
-/* buf_id of a segment the connection allocated for a compacted tail, and of one the loop received into its own memory (lib/conn_internal.h). */
-#define OWN_SEGMENT UINT32_MAX
+/* buf_id of a segment of the loop's own memory: a compacted tail, or received while the pool was empty (lib/conn_internal.h). */
 #define HEAP_SEGMENT (UINT32_MAX - 1)
 
 /*
  * A reader that examined all it was shown waits for more: the short tail
- * it left moves out of the loop's receive buffer into one of the
- * connection's own, and reads on whole with the bytes that come after it.
+ * it left moves out of the loop's receive buffer into memory of the
+ * loop's own, and reads on whole with the bytes that come after it.
  * A reader that left bytes unexamined reads again at once: nothing moves.
  */
 static void a_waiting_short_tail_leaves_its_receive_buffer_and_reads_on_whole(void **state)
@@ -1002,7 +1002,7 @@ static void a_waiting_short_tail_leaves_its_receive_buffer_and_reads_on_whole(vo
 	assert_int_equal(perch_conn_advance(k.c, 2, 6), 0); /* "he" consumed, "llo " waits */
 	assert_true(lu_write_all(fd, (const uint8_t *)"world", 5));
 	read_at_least(k.c, 9, &r);
-	assert_int_equal(r.first->buf_id, OWN_SEGMENT);
+	assert_int_equal(r.first->buf_id, HEAP_SEGMENT);
 	assert_int_equal(r.first_off, 0);
 	assert_int_equal(r.first->len, 4);
 	assert_int_equal(gather(&r, got, sizeof(got)), 9);
@@ -1012,7 +1012,7 @@ static void a_waiting_short_tail_leaves_its_receive_buffer_and_reads_on_whole(vo
 	read_at_least(k.c, 3, &r);
 	assert_int_equal(perch_conn_advance(k.c, 1, 1), 0); /* "yz" not examined: no wait, no move */
 	assert_int_equal(perch_conn_try_read(k.c, &r), 0);
-	assert_int_not_equal(r.first->buf_id, OWN_SEGMENT);
+	assert_true(r.first->buf_id < HEAP_SEGMENT); /* a pool buffer */
 	assert_int_equal(gather(&r, got, sizeof(got)), 2);
 	assert_memory_equal(got, "yz", 2);
 	assert_int_equal(perch_conn_advance(k.c, 2, 2), 0);
@@ -1190,6 +1190,125 @@ static void a_connection_waiting_for_a_buffer_receives_more_than_its_pause_part_
 	free(sent);
 	free(got);
 	hogged_pool_end(&h);
+}
+
+/* ---- a peer sending a few bytes a segment: the buffers a connection holds are bounded ---- */
+
+/* The loop's view of a connection: pool buffers held, bytes unconsumed, paused. */
+struct sock_view {
+	struct perch_conn *c;
+	uint32_t pool_held;
+	uint64_t unconsumed;
+	bool paused;
+};
+
+static void read_sock_view(void *arg)
+{
+	struct sock_view *v = arg;
+	struct perch__sock *s = perch__conn_sock(v->c);
+	v->pool_held = s->pool_held;
+	v->unconsumed = s->unconsumed;
+	v->paused = s->rx_paused;
+}
+
+static struct sock_view sock_view(struct lu_loop *l, struct perch_conn *c)
+{
+	struct sock_view v = { .c = c };
+	assert_int_equal(lu_on_loop(l, read_sock_view, &v), 0);
+	return v;
+}
+
+/* Sends one chunk and waits (bounded) until the connection received it as a segment of its own, or paused. */
+static void dribble(struct lu_loop *l, int fd, struct perch_conn *c, const uint8_t *chunk, size_t len)
+{
+	uint64_t before = perch__load_u64(&c->rx_total);
+	assert_true(lu_write_all(fd, chunk, len));
+	double t0 = mono_ms();
+	bool arrived = false, paused = false;
+	while (!arrived && !paused && mono_ms() - t0 < LU_TIMEOUT_MS) {
+		usleep(500);
+		arrived = perch__load_u64(&c->rx_total) >= before + len;
+		paused = sock_view(l, c).paused;
+	}
+	assert_true(arrived || paused); /* neither: it waits for a buffer the pool has no more of */
+}
+
+/*
+ * A loop of 16 buffers of 4 KiB; a connection with a 16 KiB pause (so at
+ * most 2 x 4 + 2 = 10 pool buffers) whose peer sends 200 bytes a segment,
+ * each received before the next is sent. Its reader reads nothing: it
+ * pauses at 10 buffers with 2,000 bytes, far below its pause_bytes, and a
+ * second connection is still served from the 6 left. Then its reader
+ * waits for a line: each wait gives the thin tail up (into the loop's own
+ * memory, counted as before), the connection resumes, and 8,000 bytes
+ * and the newline arrive whole and in order.
+ */
+static void a_peer_sending_a_few_bytes_a_segment_holds_a_bounded_number_of_buffers(void **state)
+{
+	enum { BUFS = 16, BUF = 4096, PAUSE = 4 * BUF, CHUNK = 200, CHUNKS = 40, HELD_MAX = 2 * PAUSE / BUF + 2 };
+	struct perch_loop_opts o = { .buf_count = BUFS, .buf_size = BUF };
+	struct perch_conn_opts copts = { .pause_bytes = PAUSE };
+	struct lu_loop l;
+	struct lu_catcher k = { .c = NULL };
+	struct perch_listener *ls;
+	sem_init(&k.got, 0, 0);
+	assert_int_equal(lu_start(&l, &o), 0);
+	assert_int_equal(test_listen(l.loop, &copts, lu_catch_accept, &k, &ls), 0);
+	int fd = lu_plain_connect_to(ls);
+	assert_true(fd >= 0);
+	assert_int_equal(lu_sem_wait(&k.got, LU_TIMEOUT_MS), 0);
+	struct perch_conn *c = k.c;
+	static uint8_t sent[CHUNKS * CHUNK + 1];
+	lu_fill(sent, sizeof(sent) - 1);
+	sent[sizeof(sent) - 1] = '\n';
+	int i = 0;
+	while (i < CHUNKS && !sock_view(&l, c).paused) {
+		dribble(&l, fd, c, sent + i * CHUNK, CHUNK);
+		i++;
+	}
+	struct sock_view v = sock_view(&l, c);
+	print_message("%s: paused after %d segments: %u buffers, %" PRIu64 " bytes\n", perch_loop_backend_name(l.loop), i,
+		      v.pool_held, v.unconsumed);
+	assert_true(v.paused);
+	assert_true(v.pool_held <= HELD_MAX + 1); /* a multishot's segment may land as the pause does */
+	assert_true(v.unconsumed < PAUSE);
+
+	struct perch_conn *other;
+	int other_fd = lu_plain_connect_to(ls);
+	assert_true(other_fd >= 0);
+	assert_int_equal(lu_sem_wait(&k.got, LU_TIMEOUT_MS), 0);
+	other = k.c;
+	assert_true(lu_write_all(other_fd, (const uint8_t *)"ping", 4));
+	struct perch_read_result r;
+	read_at_least(other, 4, &r);
+	assert_int_equal(perch_conn_advance(other, 4, 4), 0);
+
+	/* The reader waits for its line; the peer sends the rest a chunk at a time. */
+	for (;;) {
+		read_at_least(c, 1, &r);
+		if (r.len == sizeof(sent))
+			break;
+		assert_int_equal(perch_conn_advance(c, 0, r.len), 0);
+		if (i < CHUNKS)
+			dribble(&l, fd, c, sent + i++ * CHUNK, CHUNK);
+		else if (i++ == CHUNKS)
+			assert_true(lu_write_all(fd, sent + sizeof(sent) - 1, 1));
+	}
+	static uint8_t got[sizeof(sent)];
+	assert_int_equal(gather(&r, (char *)got, sizeof(got)), sizeof(sent));
+	assert_memory_equal(got, sent, sizeof(sent));
+	assert_int_equal(perch_conn_advance(c, r.len, r.len), 0);
+	assert_int_equal(lu_on_loop(&l, on_loop_nothing, NULL), 0); /* the posted releases ran */
+	v = sock_view(&l, c);
+	assert_int_equal(v.pool_held, 0);
+	assert_int_equal(v.unconsumed, 0);
+	perch_conn_release(other);
+	perch_conn_release(c);
+	close(other_fd);
+	close(fd);
+	assert_int_equal(perch_listener_close(ls), 0);
+	assert_int_equal(lu_stop(&l), 0);
+	sem_destroy(&k.got);
 }
 
 /* As above, but the peer resets: the waiting connection's reader sees the reset. TCP only. */
@@ -2915,6 +3034,7 @@ int main(void)
 		cmocka_unit_test(a_waiting_short_tail_leaves_its_receive_buffer_and_reads_on_whole),
 		cmocka_unit_test(a_close_with_nothing_in_flight_closes_the_fd_at_once),
 		cmocka_unit_test(a_connection_waiting_for_a_receive_buffer_still_hears_its_peer_end),
+		cmocka_unit_test(a_peer_sending_a_few_bytes_a_segment_holds_a_bounded_number_of_buffers),
 		cmocka_unit_test(a_connection_waiting_for_a_buffer_receives_more_than_its_pause_part_by_part),
 		cmocka_unit_test(a_closed_listener_stops_listening_without_the_loops_free),
 		cmocka_unit_test(a_burst_holding_more_buffers_than_the_ring_has_grows_it),

@@ -27,7 +27,8 @@ struct perch_seg {
 	uint8_t *data;
 	uint32_t len;
 	uint32_t buf_id;           /* the backend's buffer id; UINT32_MAX: the connection's own copy;
-				    * UINT32_MAX - 1: the loop's own memory (received while its pool was empty) */
+				    * UINT32_MAX - 1: the loop's own memory (received while its pool was empty,
+				    * or a waiting tail moved out of the pool) */
 	void *owner;               /* whose buffer it is (the transport's: a loop's is the loop; NULL: own) */
 };
 
