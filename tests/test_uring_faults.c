@@ -184,10 +184,6 @@ static void a_submit_refused_for_good_breaks_the_loop_which_reports_it(void **st
 	burst_close(&b, lfd);
 }
 
-static void nothing(void *arg)
-{
-}
-
 /* Posted: the loop's next wait fails with EBADF, a ring broken for good. */
 static void arm_wait_ebadf(void *arg)
 {
@@ -260,13 +256,16 @@ static void a_free_off_the_owners_thread_resumes_no_listener_onto_a_gone_backend
 	lu_free_off_owner_with_a_paused_listener(PERCH_BACKEND_URING, accept_as_ended);
 }
 
-/* The turn's wait is refused for good: the run returns the errno (and ends). */
+/*
+ * The turn's wait is refused for good: the run returns the errno (and
+ * ends). Armed from the loop's thread: armed from this one, a loop not yet
+ * in its first wait would break and be freed before a post could reach it.
+ */
 static void a_wait_refused_for_good_ends_the_run_with_its_errno(void **state)
 {
 	struct lu_loop l;
 	start_loop(&l);
-	arm(WAIT, 1, EBADF);
-	assert_int_equal(perch_loop_post(l.loop, nothing, NULL), 0);
+	assert_int_equal(perch_loop_post(l.loop, arm_wait_ebadf, NULL), 0);
 	assert_int_equal(joined(&l), -EBADF);
 	assert_int_equal(fired(), 1);
 	disarm();
