@@ -150,6 +150,7 @@ int perch_loop_stats(struct perch_loop *loop, struct perch_loop_stats *out)
 		.zerocopy_refused = loop->stats.zerocopy_refused,
 		.lingering = loop->stats.lingering,
 		.lingers_refused = loop->stats.lingers_refused,
+		.recv_limit_refused = loop->stats.recv_limit_refused,
 	};
 	return 0;
 }

@@ -37,6 +37,7 @@ enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL,
 #define F_HANGUP     64u   /* a poll for the peer's end is in flight (armed while parked) */
 #define F_SEND_ZC   128u   /* ... the send in flight is zero-copy (its user_data is UD_ZC) */
 #define F_NO_ZC     256u   /* the kernel refused a zero-copy send on this socket: plain ones only */
+#define F_RECV_LIM  512u   /* the multishot recv in flight stops at a byte limit (the pause's room) */
 
 /*
  * A chain some of whose sends went zero-copy: the kernel reads its bytes
@@ -116,6 +117,7 @@ struct uring {
 	struct perch__park_list parked; /* ENOBUFS, FIFO: first parked, first served */
 	uint64_t wake_val;
 	bool zerocopy;               /* the kernel has SEND_ZC and SENDMSG_ZC (probed at init) */
+	bool recv_limit_refused;     /* the kernel refused a multishot recv's byte limit: none from then on */
 	struct zc_hold *zc_holds;    /* every hold, until its chain went back */
 	struct cqe_copy *backlog;    /* CQEs taken off a full CQ to free it, not yet dispatched */
 	size_t nbacklog, capbacklog;

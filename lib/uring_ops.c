@@ -96,6 +96,24 @@ static bool bytes_waiting_for_multishot(const struct perch__sock *s)
 }
 
 /*
+ * A multishot recv stops by itself once it has taken the connection's
+ * room before its pause (the kernel's optlen, in the field liburing 2.3
+ * names file_index; checked after each buffer, so it overshoots by less
+ * than one). Without it the kernel fills buffers until the pause's cancel
+ * lands, as many as one pass of its task work drains: the ring's worth
+ * for a peer that keeps sending. A kernel that predates the limit refuses
+ * it (EINVAL, taking no buffer): perch__uring_on_recv arms without it then.
+ */
+static void limit_to_room(struct uring *u, struct perch__sock *s, struct io_uring_sqe *sqe)
+{
+	if (u->recv_limit_refused)
+		return;
+	uint64_t room = s->unconsumed < s->opts.pause_bytes ? s->opts.pause_bytes - s->unconsumed : 1;
+	sqe->file_index = room < UINT32_MAX ? (uint32_t)room : UINT32_MAX; /* 0 would mean no limit */
+	us_of(s)->flags |= F_RECV_LIM;
+}
+
+/*
  * A Unix socket always receives single-shot: a multishot recv armed to
  * wait for readability first (as an idle one must be, or it takes a
  * buffer's turn and parks) now and then never reported the end of a
@@ -129,6 +147,7 @@ void perch__uring_recv_arm(struct perch__sock *s)
 	} else {
 		io_uring_prep_recv_multishot(sqe, s->fd, NULL, 0, 0);
 		us->flags |= F_RECV | F_RECV_MS;
+		limit_to_room(u, s, sqe);
 	}
 	sqe->flags |= IOSQE_BUFFER_SELECT;
 	if (!bytes_waiting_for_multishot(s))
@@ -250,10 +269,22 @@ void perch__uring_close(struct perch__sock *s)
 
 /* ================= completions ================= */
 
+/* A byte limit this kernel does not know: refused before any buffer was taken, so nothing was lost. */
+static bool limit_refused(struct uring *u, struct perch__sock *s, int res, uint32_t flags, bool last)
+{
+	if (res != -EINVAL || !last || (flags & IORING_CQE_F_BUFFER) || !(us_of(s)->flags & F_RECV_LIM))
+		return false;
+	u->recv_limit_refused = true;
+	s->loop->stats.recv_limit_refused = 1;
+	return true;
+}
+
 void perch__uring_on_recv(struct uring *u, struct perch__sock *s, int res, uint32_t flags, bool last)
 {
+	if (limit_refused(u, s, res, flags, last))
+		res = -ECANCELED; /* as a recv that ended with nothing: re-armed below, unlimited */
 	if (last)
-		us_of(s)->flags &= ~(F_RECV | F_RECV_MS | F_RECV_CANCEL);
+		us_of(s)->flags &= ~(F_RECV | F_RECV_MS | F_RECV_CANCEL | F_RECV_LIM);
 	if (flags & IORING_CQE_F_BUFFER) {
 		uint32_t bid = flags >> IORING_CQE_BUFFER_SHIFT;
 		perch__uring_buf_taken(u);

@@ -39,18 +39,40 @@ int __real_io_uring_submit_and_wait_timeout(struct io_uring *ring, struct io_uri
 					    unsigned wait_nr, struct __kernel_timespec *ts,
 					    sigset_t *sigmask);
 
+/*
+ * Set: an older kernel, which refuses a multishot recv's byte limit. Each
+ * such SQE not yet submitted gets MSG_WAITALL, which every kernel refuses
+ * for a multishot recv (EINVAL) before it takes a buffer, as an older one
+ * refuses the limit.
+ */
+static bool refuse_recv_limits;
+
+static void as_an_older_kernel(struct io_uring *ring)
+{
+	if (!__atomic_load_n(&refuse_recv_limits, __ATOMIC_ACQUIRE))
+		return;
+	for (unsigned i = ring->sq.sqe_head; i != ring->sq.sqe_tail; i++) {
+		struct io_uring_sqe *sqe = &ring->sq.sqes[i & ring->sq.ring_mask];
+		if (sqe->opcode == IORING_OP_RECV && (sqe->ioprio & IORING_RECV_MULTISHOT) && sqe->file_index)
+			sqe->msg_flags |= MSG_WAITALL;
+	}
+}
+
 int __wrap_io_uring_submit(struct io_uring *ring)
 {
+	as_an_older_kernel(ring);
 	return fails(SUBMIT) ? -fault.err : __real_io_uring_submit(ring);
 }
 
 int __wrap_io_uring_submit_and_wait(struct io_uring *ring, unsigned wait_nr)
 {
+	as_an_older_kernel(ring);
 	return fails(WAIT) ? -fault.err : __real_io_uring_submit_and_wait(ring, wait_nr);
 }
 
 int __wrap_io_uring_submit_and_get_events(struct io_uring *ring)
 {
+	as_an_older_kernel(ring);
 	return fails(WAIT) ? -fault.err : __real_io_uring_submit_and_get_events(ring);
 }
 
@@ -58,6 +80,7 @@ int __wrap_io_uring_submit_and_wait_timeout(struct io_uring *ring, struct io_uri
 					    unsigned wait_nr, struct __kernel_timespec *ts,
 					    sigset_t *sigmask)
 {
+	as_an_older_kernel(ring);
 	return fails(WAIT) ? -fault.err
 			   : __real_io_uring_submit_and_wait_timeout(ring, cqe_ptr, wait_nr, ts, sigmask);
 }
@@ -371,6 +394,47 @@ static void a_ring_broken_under_a_stuck_zerocopy_write_resets_it_before_the_rele
 	}
 }
 
+/*
+ * A kernel that refuses the multishot recv's byte limit: the first recv
+ * comes back EINVAL having taken nothing, the loop says so in its stats
+ * and arms every later one without it; each connection receives every
+ * byte, and the limit is not tried again.
+ */
+static void a_kernel_refusing_the_recv_byte_limit_gets_receives_without_it(void **state)
+{
+	enum { CONNS = 3, N = 256 * 1024 };
+	struct lu_loop l;
+	start_loop(&l);
+	__atomic_store_n(&refuse_recv_limits, true, __ATOMIC_RELEASE);
+	struct lu_catcher k = { .c = NULL };
+	sem_init(&k.got, 0, 0);
+	struct perch_listener *ls;
+	assert_int_equal(perch_listen(l.loop, "127.0.0.1", 0, NULL, lu_catch_accept, &k, &ls), 0);
+	uint8_t *sent = malloc(N), *got = malloc(N);
+	lu_fill(sent, N);
+	for (int i = 0; i < CONNS; i++) {
+		int fd = lu_plain_connect_to(ls);
+		assert_true(fd >= 0);
+		assert_int_equal(lu_sem_wait(&k.got, LU_TIMEOUT_MS), 0);
+		assert_true(lu_write_all(fd, sent, N));
+		assert_int_equal(shutdown(fd, SHUT_WR), 0);
+		memset(got, 0, N);
+		struct lu_end e = lu_read_to_end(k.c, got, N);
+		assert_true(e.completed);
+		assert_int_equal(e.got, N);
+		assert_memory_equal(got, sent, N);
+		perch_conn_release(k.c);
+		close(fd);
+	}
+	assert_int_equal(lu_stats(&l).recv_limit_refused, 1);
+	__atomic_store_n(&refuse_recv_limits, false, __ATOMIC_RELEASE);
+	assert_int_equal(perch_listener_close(ls), 0);
+	assert_int_equal(lu_stop(&l), 0);
+	free(sent);
+	free(got);
+	sem_destroy(&k.got);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -380,6 +444,7 @@ int main(void)
 		cmocka_unit_test(a_send_the_broken_ring_never_took_is_settled_by_the_free),
 		cmocka_unit_test(a_free_off_the_owners_thread_resumes_no_listener_onto_a_gone_backend),
 		cmocka_unit_test(a_ring_broken_under_a_stuck_zerocopy_write_resets_it_before_the_release),
+		cmocka_unit_test(a_kernel_refusing_the_recv_byte_limit_gets_receives_without_it),
 	};
 	return cmocka_run_group_tests_name("io_uring faults", tests, NULL, NULL);
 }

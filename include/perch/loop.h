@@ -149,6 +149,9 @@ struct perch_loop_stats {
 	uint64_t zerocopy_refused;   /* io_uring: sockets that refused a zero-copy send (Unix ones): plain after */
 	uint64_t lingering;          /* connections in a lingering close now (perch_conn_close_lingering) */
 	uint64_t lingers_refused;    /* lingering closes made at once: linger_max were lingering */
+	uint64_t recv_limit_refused; /* io_uring: 1 once the kernel refused a multishot receive's byte
+				      * limit (one that predates it): receives may then overshoot a
+				      * pause by what the kernel takes before the pause's cancel lands */
 };
 
 /*
