@@ -239,6 +239,30 @@ static void the_idle_timeout_option_is_parsed_and_bad_values_refused(void **stat
 	assert_null(srv);
 }
 
+/* serve_parse_args: --recv-buffers N (a power of two up to 32768) and --pause-bytes N reach the options; 0 without them. */
+static void the_receive_memory_options_are_parsed_and_bad_values_refused(void **state)
+{
+	struct serve_opts o;
+	char *none[] = { "echo", NULL };
+	assert_int_equal(serve_parse_args(1, none, "echo", &o), 0);
+	assert_int_equal(o.recv_buffers, 0);
+	assert_int_equal(o.pause_bytes, 0);
+	char *set[] = { "echo", "--recv-buffers", "8192", "--pause-bytes=32768", NULL };
+	assert_int_equal(serve_parse_args(4, set, "echo", &o), 0);
+	assert_int_equal(o.recv_buffers, 8192);
+	assert_int_equal(o.pause_bytes, 32768);
+	static const char *bad_bufs[] = { "0", "3", "1000", "65536", "-2", "4k", "" };
+	for (size_t i = 0; i < sizeof(bad_bufs) / sizeof(bad_bufs[0]); i++) {
+		char *argv[] = { "echo", "--recv-buffers", (char *)bad_bufs[i], NULL };
+		assert_int_equal(serve_parse_args(3, argv, "echo", &o), -1);
+	}
+	static const char *bad_pause[] = { "0", "-1", "64k", "1073741825", "" };
+	for (size_t i = 0; i < sizeof(bad_pause) / sizeof(bad_pause[0]); i++) {
+		char *argv[] = { "echo", "--pause-bytes", (char *)bad_pause[i], NULL };
+		assert_int_equal(serve_parse_args(3, argv, "echo", &o), -1);
+	}
+}
+
 /* Runs serve_parse_args with stderr caught in err (cut to size): its return value. */
 static int parse_catching_stderr(int argc, char **argv, char *err, size_t size)
 {
@@ -424,6 +448,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(a_stream_longer_than_the_idle_timeout_is_not_cut,
 						setup_idle_long, teardown),
 		cmocka_unit_test(the_idle_timeout_option_is_parsed_and_bad_values_refused),
+		cmocka_unit_test(the_receive_memory_options_are_parsed_and_bad_values_refused),
 		cmocka_unit_test(the_nagle_option_reaches_every_accepted_connection),
 		cmocka_unit_test(unknown_options_and_missing_values_are_refused_by_name),
 		cmocka_unit_test(a_server_on_a_unix_socket_echoes_and_replaces_only_a_stale_file),

@@ -164,7 +164,8 @@ int serve_start(const struct serve_opts *o, const struct serve_proto *proto, voi
 	struct perch_server_opts so = {
 		.host = o->host, .port = o->port, .unix_name = o->unix_name, .threads = o->threads,
 		.idle_timeout_ms = o->idle_timeout_ms, .loop = { .buf_count = o->recv_buffers },
-		.conn = { .recv_mode = o->recv, .nagle = o->nagle, .zerocopy_min = o->zerocopy_min },
+		.conn = { .recv_mode = o->recv, .nagle = o->nagle, .zerocopy_min = o->zerocopy_min,
+			  .pause_bytes = o->pause_bytes },
 		.idle_end = proto->idle_reset ? PERCH_SESSION_ABORT : PERCH_SESSION_CLOSE,
 	};
 	if (proto->start) { /* the protocol drives its sessions itself */
@@ -222,7 +223,8 @@ static void usage(const char *prog)
 	fprintf(stderr,
 		"usage: %s [--listen tcp:HOST:PORT|unix:PATH | --port P] [--host ADDR] [--threads N]\n"
 		"       [--backend uring|io_uring|epoll] [--recv multishot|singleshot] [--idle-timeout MS]\n"
-		"       [--nagle] [--zerocopy-min BYTES|off] [--stop-deadline MS]%s%s\n"
+		"       [--nagle] [--zerocopy-min BYTES|off] [--stop-deadline MS] [--recv-buffers N]\n"
+		"       [--pause-bytes BYTES]%s%s\n"
 		"  --listen tcp:HOST:PORT  TCP on a numeric address ([V6]:PORT for IPv6; port 0: the\n"
 		"                 kernel picks one, printed at start)\n"
 		"  --listen unix:PATH  a Unix socket (unix:@NAME: an abstract name); a stale socket\n"
@@ -243,6 +245,10 @@ static void usage(const char *prog)
 		"  --stop-deadline MS  on SIGINT or SIGTERM, stop accepting and let open sessions\n"
 		"                 finish their request for up to this long, then reset the rest\n"
 		"                 (default 5000; 0: reset them at once)\n"
+		"  --recv-buffers N  each loop's receive buffers of 16 KiB, a power of two up to\n"
+		"                 32768 (default 512); their memory is taken as they are first used\n"
+		"  --pause-bytes BYTES  a connection stops receiving while this much it received is\n"
+		"                 not consumed (default 262144); above the largest message held whole\n"
 		"%s",
 		prog, serve_extra_synopsis ? " " : "", serve_extra_synopsis ? serve_extra_synopsis : "",
 		serve_extra_usage ? serve_extra_usage : "");
@@ -326,7 +332,8 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 		{ "recv", required_argument, NULL, 'r' },    { "help", no_argument, NULL, 'h' },
 		{ "idle-timeout", required_argument, NULL, 'i' }, { "nagle", no_argument, NULL, 'n' },
 		{ "listen", required_argument, NULL, 'l' }, { "zerocopy-min", required_argument, NULL, 'z' },
-		{ "stop-deadline", required_argument, NULL, 'd' },
+		{ "stop-deadline", required_argument, NULL, 'd' }, { "recv-buffers", required_argument, NULL, 'B' },
+		{ "pause-bytes", required_argument, NULL, 'P' },
 		{ NULL, 0, NULL, 0 },
 	};
 	serve_opts_default(o);
@@ -388,6 +395,16 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 			if ((v = parse_num(optarg, 0, PERCH_TIMER_MAX_MS)) < 0)
 				goto bad;
 			o->stop_deadline_ms = (unsigned)v;
+			break;
+		case 'B':
+			if ((v = parse_num(optarg, 1, 32768)) < 0 || (v & (v - 1)) != 0)
+				goto bad;
+			o->recv_buffers = (uint32_t)v;
+			break;
+		case 'P':
+			if ((v = parse_num(optarg, 1, 1L << 30)) < 0)
+				goto bad;
+			o->pause_bytes = (size_t)v;
 			break;
 		case 'h':
 			usage(prog);

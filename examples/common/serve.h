@@ -45,6 +45,13 @@ struct serve_opts {
 	 */
 	uint32_t recv_buffers;
 	/*
+	 * perch_conn_opts.pause_bytes of every connection: the unconsumed
+	 * bytes at which it stops receiving, and so what a peer the other
+	 * side cannot keep up with (a proxy's) pins; 0: the library's
+	 * default, 256 KiB.
+	 */
+	size_t pause_bytes;
+	/*
 	 * perch_conn_opts.zerocopy_min of every connection: a referenced write
 	 * this long or longer goes out zero-copy on io_uring; 0: the
 	 * library's default; PERCH_ZEROCOPY_OFF: never.
