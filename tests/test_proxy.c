@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cmocka_prelude.h"
 #include "echo.h"
@@ -422,6 +423,111 @@ static void a_client_that_does_not_read_holds_upstream_back_and_loses_nothing(vo
 }
 
 /*
+ * An upstream whose accepted sockets have 4 KiB receive buffers (they
+ * inherit the listener's): a far side that takes little. The proxy's
+ * loop has 2,048 receive buffers (a quarter of its default), its pause
+ * the proxy's own.
+ */
+static int setup_raw_small_window(void **state)
+{
+	struct fx *f = *state = fx_new();
+	int port = 0, small = 4096;
+	f->up_listen = listen_here(&port, 256);
+	if (f->up_listen < 0 || setsockopt(f->up_listen, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)) != 0)
+		return -1;
+	struct serve_opts o;
+	serve_opts_default(&o);
+	o.recv_buffers = 2048;
+	struct proxy_target to = { .host = "127.0.0.1", .port = port };
+	if (proxy_start(&o, &to, &f->proxy) != 0)
+		return -1;
+	f->port = serve_port(f->proxy);
+	return 0;
+}
+
+/* Sends from every client, non-blocking, until each one's socket took nothing for 300 ms (bounded): bytes sent. */
+static size_t send_until_all_stall(const int *fds, int n)
+{
+	static uint8_t chunk[64 * 1024];
+	size_t total = 0;
+	double end = su_now_ms() + SU_TIMEOUT_S * 1000.0, *moved = malloc(n * sizeof(*moved));
+	for (int i = 0; i < n; i++)
+		moved[i] = su_now_ms();
+	int still = 0;
+	while (still < n && su_now_ms() < end) {
+		still = 0;
+		for (int i = 0; i < n; i++) {
+			ssize_t w;
+			while ((w = send(fds[i], chunk, sizeof(chunk), MSG_DONTWAIT | MSG_NOSIGNAL)) > 0) {
+				total += (size_t)w;
+				moved[i] = su_now_ms();
+			}
+			assert_true(w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)); /* the proxy keeps it */
+			still += su_now_ms() - moved[i] >= 300;
+		}
+		usleep(10 * 1000);
+	}
+	assert_int_equal(still, n);
+	free(moved);
+	return total;
+}
+
+/*
+ * 200 sessions whose upstream takes nothing (4 KiB windows, never read),
+ * each client sending until its socket stays full: with the proxy's
+ * pause each pins at most a few of its loop's 2,048 receive buffers (2
+ * full ones, 6 thin ones), so a normal session opened then still carries
+ * 4 MiB, whole and in order, and its answer back. With the library's
+ * 256 KiB pause (17 buffers each), or a multishot receive running past
+ * the pause, they take the whole pool and the normal session's bytes
+ * never leave the proxy.
+ */
+static void hundreds_of_sessions_whose_upstream_never_reads_leave_room_for_a_normal_one(void **state)
+{
+	enum { STALLED = 200, N = 4 << 20 };
+	struct fx *f = *state;
+	struct rlimit rl;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < 4 * STALLED + 64)
+		skip(); /* two sockets a session here, two in the proxy */
+	rl.rlim_cur = rl.rlim_max;
+	setrlimit(RLIMIT_NOFILE, &rl);
+	int cl[STALLED], up[STALLED];
+	for (int i = 0; i < STALLED; i++) {
+		cl[i] = su_connect(f->port);
+		assert_true(cl[i] >= 0);
+		int sndbuf = 64 * 1024; /* the kernel's memory is for the proxy's sockets */
+		setsockopt(cl[i], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+		up[i] = upstream_accept(f);
+	}
+	size_t stalled = send_until_all_stall(cl, STALLED);
+	print_message("%d stalled sessions took %zu bytes\n", STALLED, stalled);
+
+	uint8_t *out = malloc(N), *in = malloc(N);
+	lu_fill(out, N);
+	int fd = su_connect(f->port);
+	assert_true(fd >= 0);
+	int far = upstream_accept(f);
+	struct su_sender sender;
+	su_send_async(&sender, fd, out, N);
+	assert_true(su_recv_all(far, in, N));
+	assert_true(su_send_join(&sender));
+	assert_memory_equal(in, out, N);
+	assert_true(su_send(far, "back", 4));
+	char back[4];
+	assert_true(su_recv_all(fd, back, 4));
+	assert_memory_equal(back, "back", 4);
+	close(fd);
+	close(far);
+	for (int i = 0; i < STALLED; i++) {
+		close(cl[i]);
+		close(up[i]);
+	}
+	free(out);
+	free(in);
+}
+
+/*
  * Clients that send a byte and reset at once, 300 times: a session may end
  * while it starts its pumps (on epoll it mostly does), and every one ends
  * with nothing left (ASan runs this on both backends).
@@ -637,6 +743,9 @@ int main(void)
 			teardown),
 		cmocka_unit_test_setup_teardown(clients_that_reset_at_once_leave_nothing_behind, setup_raw,
 						teardown),
+		cmocka_unit_test_setup_teardown(
+			hundreds_of_sessions_whose_upstream_never_reads_leave_room_for_a_normal_one,
+			setup_raw_small_window, teardown),
 		cmocka_unit_test_setup_teardown(stop_with_sessions_open_leaves_no_descriptor, setup_raw,
 						teardown),
 		cmocka_unit_test_setup_teardown(stop_with_a_session_still_connecting_leaves_no_descriptor,

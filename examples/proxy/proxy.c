@@ -292,13 +292,18 @@ const char *proxy_target_text(const struct proxy_target *t, char *buf, size_t si
 
 int proxy_start(const struct serve_opts *o, const struct proxy_target *to, struct serve **out)
 {
-	if (!to || !target_ok(to))
+	if (!o || !to || !target_ok(to))
 		return -EINVAL;
+	struct serve_opts so = *o;
+	if (!so.pause_bytes)
+		so.pause_bytes = PROXY_PAUSE_BYTES;
+	if (!so.recv_buffers)
+		so.recv_buffers = PROXY_RECV_BUFFERS;
 	struct proxy_target *copy = malloc(sizeof(*copy));
 	if (!copy)
 		return -ENOMEM;
 	*copy = *to;
-	int rc = serve_start(o, &proxy_proto, copy, out);
+	int rc = serve_start(&so, &proxy_proto, copy, out);
 	if (rc != 0)
 		free(copy);
 	return rc;

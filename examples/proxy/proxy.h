@@ -27,9 +27,22 @@ int proxy_parse_target(const char *s, struct proxy_target *t);
 const char *proxy_target_text(const struct proxy_target *t, char *buf, size_t size);
 
 /*
+ * A session whose far side does not read pins what its near side sent
+ * up to its pause, in receive buffers of its loop. So the proxy pauses
+ * early (2 buffers of 16 KiB) and gives each loop a pool big enough for
+ * thousands of such sessions (128 MiB of address space, taken as buffers
+ * are first used): 1,000 stalled sessions on one loop still leave room
+ * for the rest (doc/hostile-peers.md). --pause-bytes and --recv-buffers
+ * override them.
+ */
+#define PROXY_PAUSE_BYTES (32u * 1024)
+#define PROXY_RECV_BUFFERS 8192u
+
+/*
  * Starts the proxy (serve_port says where it listens): every accepted
- * client is connected to *to (copied) on the same loop. Returns 0 with
- * *out, -EINVAL for a NULL or bad target (a timeout above
+ * client is connected to *to (copied) on the same loop; o's pause_bytes
+ * and recv_buffers, when 0, are the proxy's above. Returns 0 with *out,
+ * -EINVAL for a NULL or bad target (a timeout above
  * PERCH_CONNECT_TIMEOUT_MAX_MS included), or serve_start's error.
  */
 int proxy_start(const struct serve_opts *o, const struct proxy_target *to, struct serve **out);

@@ -76,7 +76,9 @@ int main(int argc, char **argv)
 		"  --connect-timeout MS  a client whose upstream has not answered by then is reset\n"
 		"                        (default 5000; 0: the kernel's own, minutes, each waiting\n"
 		"                        client holding two sockets meanwhile, even one that left)\n"
-		"  (--recv and --nagle apply to both sockets of a session, the client's and the upstream's;\n"
+		"  (the proxy's defaults: --pause-bytes 32768 and --recv-buffers 8192, so that sessions\n"
+		"  whose far side does not read pin little each and leave room for the rest;\n"
+		"  --recv and --nagle apply to both sockets of a session, the client's and the upstream's;\n"
 		"  --nagle suits bulk traffic: a proxied request/answer protocol waits on delayed ACKs)\n";
 	const char *to = NULL, *timeout = NULL, *v;
 	bool help = false;
