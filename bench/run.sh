@@ -29,6 +29,11 @@ Scenarios (default: all of them, in this order):
           request, and meanwhile HOSTILE_PROBES=200 normal requests timed one at a time (p50, p99,
           worst); then how long after their close the server's fds are back to where they were,
           and its peak RSS; perch httpd on both backends against nginx (not in the default set)
+  stalled bench/stall_client through a proxy: STALL_SESSIONS=1000 sessions whose upstream never
+          reads (each client sending until its socket stays full), then one normal session
+          sending for -d seconds; its MB/s against the same proxy with none stalled, and the
+          proxy's peak RSS; perch proxy on both backends against nginx's stream proxy (one
+          worker; skipped without libnginx-mod-stream) (not in the default set)
 
 Each round starts every server afresh, one at a time, pinned to core SERVER_CPU (0), with
 the client pinned to CLIENT_CPU (1); servers run in the same order every round (ABAB...).
@@ -59,6 +64,7 @@ perch servers are command lines with {port} (a server whose program is missing i
   PERCH_ECHO            default: BUILD/examples/echo/echo --port {port} --nagle (ECHO_NODELAY=1: without --nagle)
   PERCH_HTTPD           default: BUILD/examples/httpd/httpd --port {port} --threads 1
   PERCH_RESP            default: BUILD/examples/resp/resp --port {port} --threads 1
+  PERCH_PROXY           default: BUILD/examples/proxy/proxy --port {port} --to 127.0.0.1:{up}
   PERCH_ECHO_MULTISHOT  default: PERCH_ECHO --backend uring --recv multishot
   PERCH_ECHO_SINGLESHOT default: PERCH_ECHO --backend uring --recv singleshot
   PERCH_ECHO_EPOLL      default: PERCH_ECHO --backend epoll
@@ -66,9 +72,10 @@ perch servers are command lines with {port} (a server whose program is missing i
   PERCH_ECHO_VS, PERCH_HTTPD_VS, PERCH_RESP_VS: "NAME|COMMAND" adds a server right after perch
                         in its group (another build of perch, say), in the same interleaved rounds
 
-It installs nothing. The Debian packages it uses: wrk nginx-light redis-server redis-tools
-gnuplot-nox (as root: apt-get install -y wrk nginx-light redis-server redis-tools gnuplot-nox,
-or ./dev bench-deps). Build the bench programs first: ./dev build.
+It installs nothing. The Debian packages it uses: wrk nginx-light libnginx-mod-stream
+redis-server redis-tools gnuplot-nox (as root: apt-get install -y wrk nginx-light
+libnginx-mod-stream redis-server redis-tools gnuplot-nox, or ./dev bench-deps). Build the
+bench programs first: ./dev build.
 EOF
 	exit 2
 }
@@ -89,6 +96,7 @@ ECHO_CONNS=${ECHO_CONNS:-50} ECHO_SIZE=${ECHO_SIZE:-64}
 STREAM_CONNS=${STREAM_CONNS:-8} STREAM_SIZE=${STREAM_SIZE:-4096}
 HTTP_CONNS=${HTTP_CONNS:-50}
 HOSTILE_CONNS=${HOSTILE_CONNS:-10000} HOSTILE_PROBES=${HOSTILE_PROBES:-200}
+STALL_SESSIONS=${STALL_SESSIONS:-1000}
 RESP_TESTS=${RESP_TESTS:-ping_mbulk set get} RESP_N1=${RESP_N1:-100000} RESP_N16=${RESP_N16:-1000000}
 ZC_SIZES=${ZC_SIZES:-16384 65536 262144 1048576} ZC_CONNS=${ZC_CONNS:-8} ZC_BYTES=${ZC_BYTES:-1073741824}
 ZC_WAYS=${ZC_WAYS:-copy ref ref-zc ref-epoll}
@@ -112,7 +120,7 @@ BUILD=$(readlink -f "$BUILD")
 SCENARIOS=("$@")
 ((${#SCENARIOS[@]})) || SCENARIOS=(echo http resp flood unix)
 for s in "${SCENARIOS[@]}"; do
-	[[ $s =~ ^(echo|http|resp|flood|unix|hostile|zerocopy)$ ]] || { echo "run.sh: unknown scenario '$s'" >&2; usage; }
+	[[ $s =~ ^(echo|http|resp|flood|unix|hostile|zerocopy|stalled)$ ]] || { echo "run.sh: unknown scenario '$s'" >&2; usage; }
 done
 
 server_defaults
@@ -367,6 +375,58 @@ scenario_hostile() {
 	done
 }
 
+# nginx's stream module proxying 127.0.0.1:$1 to :$2, one worker; false without the module.
+nginx_stream_conf() { # port upstream-port
+	local mod=/usr/lib/nginx/modules/ngx_stream_module.so
+	[[ -f $mod ]] || return 1
+	cat >"$TMP/nginx-stream-$1.conf" <<EOF
+load_module $mod;
+worker_processes 1;
+daemon off;
+pid $TMP/nginx-stream-$1.pid;
+worker_rlimit_nofile 32768;
+events { worker_connections 16384; }
+stream {
+	server {
+		listen 127.0.0.1:$1;
+		proxy_pass 127.0.0.1:$2;
+	}
+}
+EOF
+}
+
+# Stalled: per server and round, a normal session's MB/s with none stalled, then with STALL_SESSIONS.
+scenario_stalled() {
+	local servers entry r n port up line hwm cmd opened sent mbps first
+	local nginx_stream="nginx-stream|nginx -p {dir} -c {dir}/nginx-stream-{port}.conf -e {dir}/nginx-error.log"
+	servers=$(pick "perch-uring|$PERCH_PROXY --backend uring" "perch-epoll|$PERCH_PROXY --backend epoll" "$nginx_stream")
+	echo "== stalled: $STALL_SESSIONS sessions whose upstream never reads, then a normal session for $SECS s"
+	[[ -n $servers ]] || { echo "  (no server to run)"; return; }
+	ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+	for ((r = 1; r <= ROUNDS; r++)); do
+		while IFS= read -r entry; do
+			for n in 0 "$STALL_SESSIONS"; do
+				port=$((PORT++)) up=$((PORT++))
+				cmd=${entry#*|}
+				if [[ $cmd == *nginx-stream-* ]] && ! nginx_stream_conf "$port" "$up"; then
+					echo "  skip ${entry%%|*}: no nginx stream module (apt-get install libnginx-mod-stream)"
+					break
+				fi
+				start_server "${cmd//\{up\}/$up}" "$port" || continue
+				line=$(taskset -c "$CLIENT_CPU" timeout 300 "$BUILD/bench/stall_client" --port "$port" \
+					--upstream-port "$up" --stalled "$n" --secs "$SECS" --csv </dev/null) || true
+				hwm=$(server_hwm_kib)
+				stop_server
+				IFS=, read -r opened sent mbps first <<<"${line:-0,0,0,-1}"
+				printf 'stalled\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "${entry%%|*}" "$r" "$n" "$opened" "$sent" "$mbps" \
+					"$hwm" >>"$TMP/stalled.tsv"
+				printf '  round %s  %-12s stalled %5s (sent %s B)  normal %s MB/s, first byte %s ms  peak RSS %s KiB\n' \
+					"$r" "${entry%%|*}" "$opened" "$sent" "$mbps" "$first" "$hwm"
+			done
+		done <<<"$servers"
+	done
+}
+
 # ---- results ----
 
 # An awk median of a space-separated list, for the plots: the one summarize.awk has.
@@ -390,6 +450,20 @@ summarize_hostile() {
 		for (i = 1; i <= n; i++) { k = order[i]
 			printf "| %s | %d | %d / %d |%s |%s |%s |%s |%s |\n", k, runs[k], ans[k], un[k], p50[k], p99[k], worst[k], back[k], hwm[k] }
 	}' "$TMP/hostile.tsv"
+}
+
+summarize_stalled() {
+	awk -F'\t' -v want="$STALL_SESSIONS" "$AWK_MEDIAN"'
+	{ k = $2; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+	  if ($4 == 0) { idle[k] = idle[k] " " $7; hi[k] = hi[k] > $8 ? hi[k] : $8 }
+	  else { st[k] = st[k] " " $7; opened[k] = opened[k] " " $5; hs[k] = hs[k] > $8 ? hs[k] : $8 } }
+	END {
+		print "| server | MB/s, none stalled (each run) | MB/s, " want " stalled (each run) | median ratio | sessions stalled (each run) | peak RSS MiB, none / stalled |"
+		print "|---|---|---|---:|---|---|"
+		for (i = 1; i <= n; i++) { k = order[i]
+			a = median(idle[k]); b = median(st[k])
+			printf "| %s |%s |%s | %.2f |%s | %d / %d |\n", k, idle[k], st[k], (a > 0 ? b / a : 0), opened[k], hi[k] / 1024, hs[k] / 1024 }
+	}' "$TMP/stalled.tsv"
 }
 
 summarize_flood() {
@@ -505,6 +579,16 @@ write_results() {
 			echo
 			summarize_hostile
 		fi
+		if [[ -s $TMP/stalled.tsv ]]; then
+			echo
+			echo "## Stalled: $STALL_SESSIONS proxy sessions whose upstream never reads, a normal session meanwhile"
+			echo
+			echo "bench/stall_client is the upstream (4 KiB receive buffers, never read but for the normal session) and"
+			echo "the clients (64 KiB send buffers); the normal session sends for $SECS s, its MB/s is what its upstream"
+			echo "read over that time. Ratio: the medians, stalled over none stalled, per server. Peak RSS: VmHWM."
+			echo
+			summarize_stalled
+		fi
 		echo
 		echo "Raw rounds: raw.tsv (scenario, load, server, round, throughput, p99 us, user us/req, sys us/req, errors,"
 		echo "wall s, server CPU s, server CPU / wall, capacity in requests per server-CPU second, client core busy share,"
@@ -514,6 +598,7 @@ write_results() {
 	[[ -s $RAW ]] && cp "$RAW" "$OUT/raw.tsv" && RAW_WRITTEN=1
 	[[ -s $TMP/flood.tsv ]] && cp "$TMP/flood.tsv" "$OUT/flood.tsv" && FLOOD_WRITTEN=1
 	[[ -s $TMP/hostile.tsv ]] && cp "$TMP/hostile.tsv" "$OUT/hostile.tsv"
+	[[ -s $TMP/stalled.tsv ]] && cp "$TMP/stalled.tsv" "$OUT/stalled.tsv"
 	WRITTEN=()
 	if have gnuplot; then
 		for s in echo http resp unix; do

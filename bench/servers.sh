@@ -26,6 +26,7 @@ server_defaults() {
 	PERCH_ECHO=${PERCH_ECHO:-"$BUILD/examples/echo/echo --port {port}$perch_nagle"}
 	PERCH_HTTPD=${PERCH_HTTPD:-"$BUILD/examples/httpd/httpd --port {port} --threads 1"}
 	PERCH_RESP=${PERCH_RESP:-"$BUILD/examples/resp/resp --port {port} --threads 1"}
+	PERCH_PROXY=${PERCH_PROXY:-"$BUILD/examples/proxy/proxy --port {port} --to 127.0.0.1:{up}"}
 	PERCH_ECHO_MULTISHOT=${PERCH_ECHO_MULTISHOT:-"$PERCH_ECHO --backend uring --recv multishot"}
 	PERCH_ECHO_SINGLESHOT=${PERCH_ECHO_SINGLESHOT:-"$PERCH_ECHO --backend uring --recv singleshot"}
 	PERCH_ECHO_EPOLL=${PERCH_ECHO_EPOLL:-"$PERCH_ECHO --backend epoll"}
