@@ -133,6 +133,14 @@ static void epoll_destroy(struct perch_loop *loop)
 	loop->be_state = NULL;
 }
 
+/* Once a second while free buffers may keep pages: those the interval left untouched give them back. */
+static void pool_tick(struct perch_timer *t, void *arg)
+{
+	struct perch_loop *loop = arg;
+	struct ep *e = ep_of(loop);
+	loop->stats.bufs_given_back += perch__pool_trim_stack(&e->trim, e->free_ids, e->nfree);
+}
+
 static int pool_setup(struct perch_loop *loop, struct ep *e, uint32_t count, uint32_t size)
 {
 	long page = sysconf(_SC_PAGESIZE);
@@ -152,6 +160,7 @@ static int pool_setup(struct perch_loop *loop, struct ep *e, uint32_t count, uin
 		e->free_ids[i] = count - 1 - i; /* buffer 0 on top */
 	}
 	e->nfree = count;
+	perch__pool_trim_init(&e->trim, loop, e->bufs, size, count, pool_tick, loop);
 	return 0;
 }
 

@@ -6,6 +6,7 @@
 
 #include "backend.h"
 #include "invariant.h"
+#include "pool_trim.h"
 
 #define MAX_EVENTS 256
 #define ACCEPT_BATCH 64            /* accepts per readiness event: then the other events of the batch */
@@ -48,6 +49,7 @@ struct ep {
 	struct perch__rxseg *segs;   /* one per buffer id */
 	uint32_t *free_ids;          /* a stack: the buffer used last is reused first (warm) */
 	uint32_t nfree, nbufs, buf_size;
+	struct perch__pool_trim trim; /* the free stack's cold bottom gives its pages back */
 	struct perch__park_list parked; /* no buffer: first parked, first served */
 	struct perch__sock *pend_head, *pend_tail; /* sockets with esock.pend set, in order */
 	struct epoll_event events[MAX_EVENTS];
@@ -68,12 +70,17 @@ static inline bool reading(const struct perch__sock *s)
 
 static inline struct perch__rxseg *perch__epoll_buf_take(struct ep *e)
 {
-	return e->nfree ? &e->segs[e->free_ids[--e->nfree]] : NULL;
+	if (!e->nfree)
+		return NULL;
+	struct perch__rxseg *rs = &e->segs[e->free_ids[--e->nfree]];
+	perch__pool_trim_popped(&e->trim, e->nfree);
+	return rs;
 }
 
 static inline void perch__epoll_buf_put(struct ep *e, struct perch__rxseg *rs)
 {
 	e->free_ids[e->nfree++] = rs->seg.buf_id;
+	perch__pool_trim_pushed(&e->trim, e->nfree);
 }
 
 /* ---- interest (lib/epoll_interest.c) ---- */

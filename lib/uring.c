@@ -118,6 +118,7 @@ static int ring_setup(struct perch_loop *loop, struct uring *u, unsigned entries
 		rc = io_uring_queue_init_params(entries, &u->ring, &p);
 		if (rc == 0) {
 			u->needs_enable = (flag_sets[i] & IORING_SETUP_R_DISABLED) != 0;
+			u->defer_taskrun = (flag_sets[i] & IORING_SETUP_DEFER_TASKRUN) != 0;
 			return 0;
 		}
 		if (rc != -EINVAL)

@@ -33,6 +33,8 @@ uint32_t perch__uring_ring_grow(struct uring *u)
 	u->loop->stats.ring_target = u->ring_target;
 	perch__uring_ring_refill(u);
 	shrink_window_restart(u); /* a ring that just grew is not quiet */
+	if (!u->trim.timer.list)
+		perch__pool_trim_arm(&u->trim); /* so that it is taken back once idle */
 	return u->ring_free - before;
 }
 
@@ -61,6 +63,56 @@ void perch__uring_ring_maybe_shrink(struct uring *u)
 		u->loop->stats.ring_target = u->ring_target;
 	}
 	shrink_window_restart(u);
+}
+
+/*
+ * Whether the kernel cannot be taking a buffer from the ring now and every
+ * one it took has been counted: with DEFER_TASKRUN it selects buffers only
+ * inside this thread's io_uring_enter, and with every CQE seen ring_free
+ * is exactly the entries it has not taken, the last ones before the tail.
+ */
+static bool ring_settled(struct uring *u)
+{
+	return u->defer_taskrun && !u->broken && u->nbacklog == 0 && io_uring_cq_ready(&u->ring) == 0 &&
+	       !(IO_URING_READ_ONCE(*u->ring.sq.kflags) & IORING_SQ_CQ_OVERFLOW);
+}
+
+/*
+ * A ring the kernel took nothing from for a whole interval keeps what a
+ * burst grew it to, and an idle loop polls no more, so the poll-counted
+ * halving never comes: its free entries past RING_TARGET_MIN are taken
+ * out from the tail end, and their pages given back.
+ */
+static void ring_trim(struct uring *u)
+{
+	if (u->ring_free <= RING_TARGET_MIN || u->parked.head || !ring_settled(u))
+		return;
+	uint32_t k = u->ring_free - RING_TARGET_MIN;
+	uint32_t *cold = malloc(k * sizeof(*cold));
+	if (!cold)
+		return; /* kept for a later tick */
+	uint16_t tail = u->br->tail; /* ours: the kernel only reads it */
+	for (uint32_t j = 0; j < k; j++)
+		cold[j] = u->br->bufs[(uint16_t)(tail - 1 - j) & u->mask].bid;
+	io_uring_smp_store_release(&u->br->tail, (uint16_t)(tail - k));
+	u->ring_free -= k;
+	u->ring_target = RING_TARGET_MIN;
+	u->loop->stats.ring_target = u->ring_target;
+	perch__pool_trim_insert_cold(&u->trim, u->spare, &u->nspare, cold, k);
+	u->loop->stats.bufs_given_back += k;
+	free(cold);
+}
+
+/* Once a second while buffers may keep pages: an idle ring shrinks, the spare stack's cold bottom gives them back. */
+static void pool_tick(struct perch_timer *t, void *arg)
+{
+	struct uring *u = arg;
+	if (u->taken == u->taken_at_tick)
+		ring_trim(u);
+	u->taken_at_tick = u->taken;
+	u->loop->stats.bufs_given_back += perch__pool_trim_stack(&u->trim, u->spare, u->nspare);
+	if (u->ring_free > RING_TARGET_MIN && !u->trim.timer.list)
+		perch__pool_trim_arm(&u->trim);
 }
 
 /* liburing 2.3 has no io_uring_setup_buf_ring: map the ring ourselves and register it. */
@@ -107,5 +159,6 @@ int perch__uring_bufs_setup(struct perch_loop *loop, struct uring *u, uint32_t c
 	loop->stats.ring_target = u->ring_target;
 	perch__uring_ring_refill(u);
 	shrink_window_restart(u);
+	perch__pool_trim_init(&u->trim, loop, u->bufs, size, u->nspare, pool_tick, u); /* the spares: never written */
 	return 0;
 }

@@ -7,6 +7,7 @@
 
 #include "backend.h"
 #include "invariant.h"
+#include "pool_trim.h"
 
 #define BGID 0                 /* one buffer group per ring, so per loop */
 #define CQE_BATCH 64
@@ -92,6 +93,7 @@ struct uring {
 	struct io_uring ring;
 	struct perch_loop *loop;
 	bool needs_enable;           /* created disabled: the first poll enables it (binds the thread) */
+	bool defer_taskrun;          /* the kernel touches buffers only inside this thread's io_uring_enter */
 	int broken;                  /* the kernel refused the ring for good (-errno): no SQE, the poll returns it */
 	struct io_uring_buf_ring *br;
 	size_t br_bytes;
@@ -110,6 +112,8 @@ struct uring {
 	uint32_t ring_target;
 	uint32_t *spare;
 	uint32_t nspare;
+	struct perch__pool_trim trim; /* the spare stack's cold bottom gives its pages back, an idle ring its extra */
+	uint64_t taken, taken_at_tick; /* buffers the kernel took: none in a tick's interval means an idle ring */
 	bool grew_this_poll;         /* an ENOBUFS grows the ring once a poll, not once a CQE */
 	uint32_t ring_low;           /* the fewest free buffers in the ring since the last shrink check */
 	uint32_t polls_since_check;
@@ -151,13 +155,16 @@ static inline void perch__uring_ring_refill(struct uring *u)
 	int n = 0;
 	while (u->ring_free < u->ring_target && u->nspare > 0)
 		perch__uring_buf_add(u, u->spare[--u->nspare], n++);
-	if (n > 0)
+	if (n > 0) {
 		io_uring_buf_ring_advance(u->br, n); /* a release store of the tail */
+		perch__pool_trim_popped(&u->trim, u->nspare);
+	}
 }
 
 /* The kernel took a buffer from the ring (a CQE says which). */
 static inline void perch__uring_buf_taken(struct uring *u)
 {
+	u->taken++;
 	u->ring_free--;
 	if (u->ring_free < u->ring_low)
 		u->ring_low = u->ring_free;
@@ -169,6 +176,7 @@ static inline void perch__uring_buf_return(struct uring *u, uint32_t bid)
 	PERCH_ASSERT(u->nspare < u->nbufs); /* each buffer is in the ring, a reader's or spare: never returned twice */
 	u->spare[u->nspare++] = bid;
 	perch__uring_ring_refill(u);
+	perch__pool_trim_pushed(&u->trim, u->nspare);
 }
 
 /* Maps and registers the ring of `count` buffers of `size` (liburing 2.3 has no setup helper). */

@@ -8,6 +8,7 @@
 #include <netinet/tcp.h>
 #include <stddef.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -1408,6 +1409,99 @@ static void a_receive_with_bytes_waiting_stops_at_the_pause(void **state)
 	one_conn_close(&oc);
 	sem_destroy(&h.holding);
 	sem_destroy(&h.release);
+}
+
+/* ---- a quiet loop gives back the pages of the buffers a burst used ---- */
+
+/* How many of the n buffers at bufs[i] (each `size` bytes, page aligned) have a page backed. */
+static int resident_buffers(uint8_t *const *bufs, int n, size_t size)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), pages = size / page;
+	unsigned char vec[64];
+	assert_true(pages >= 1 && pages <= sizeof(vec));
+	int count = 0;
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(mincore(bufs[i], size, vec), 0);
+		bool any = false;
+		for (size_t p = 0; p < pages; p++)
+			any |= vec[p] & 1;
+		count += any;
+	}
+	return count;
+}
+
+/*
+ * Reads n bytes whole into got, held until all came and then hold_ms more
+ * (nothing consumed before); the buffers they were in, in bufs.
+ */
+static int hold_then_consume(struct perch_conn *c, uint8_t *got, size_t n, unsigned hold_ms, uint8_t **bufs, int cap)
+{
+	struct perch_read_result r;
+	read_at_least(c, n, &r);
+	assert_int_equal(r.len, n);
+	usleep(hold_ms * 1000);
+	int nbufs = 0;
+	for (struct perch_seg *seg = r.first; seg; seg = seg->next) {
+		assert_true(nbufs < cap);
+		bufs[nbufs++] = seg->data;
+	}
+	assert_int_equal(gather(&r, (char *)got, n), n);
+	assert_int_equal(perch_conn_advance(c, n, n), 0);
+	return nbufs;
+}
+
+/*
+ * A reader holds 4 MiB whole for 1.5 s before it consumes them: 256
+ * buffers of a loop's 512 (io_uring's ring grows to hold them), while the
+ * loop's trim ticks run (a buffer used before armed them), which must not
+ * touch the held ones. Once consumed the buffers are free with their pages
+ * backed; with nothing received for a second or two, the loop gives those
+ * pages back, but for io_uring's warm ring (64 buffers), and counts them.
+ * Then 4 MiB more arrive whole, into buffers whose pages went back.
+ */
+static void a_quiet_loop_gives_back_the_pages_of_the_buffers_a_burst_used(void **state)
+{
+	enum { BUF = 16384, N = 4 << 20, HELD = N / BUF, WARM = 64 };
+	struct perch_loop_opts o = { .buf_count = 512, .buf_size = BUF };
+	struct perch_conn_opts copts = { .pause_bytes = 2 * N };
+	struct one_conn oc;
+	one_conn_open(&oc, &o, &copts);
+	bool uring = strcmp(perch_loop_backend_name(oc.l.loop), "io_uring") == 0;
+	uint8_t *sent = malloc(N), *got = malloc(N);
+	static uint8_t *bufs[2 * HELD];
+	lu_fill(sent, N);
+	assert_true(lu_write_all(oc.fd, sent, 100));
+	hold_then_consume(oc.c, got, 100, 0, bufs, 2 * HELD);
+	assert_true(lu_write_all(oc.fd, sent, N));
+	int nbufs = hold_then_consume(oc.c, got, N, 1500, bufs, 2 * HELD);
+	assert_memory_equal(got, sent, N);
+	assert_int_equal(lu_on_loop(&oc.l, on_loop_nothing, NULL), 0); /* the posted releases ran */
+	int before = resident_buffers(bufs, nbufs, BUF), now = before;
+	uint64_t ring = loop_stats(&oc.l).ring_target, grown = ring;
+	double t0 = mono_ms();
+	while ((now > (uring ? WARM : 0) || ring > WARM) && mono_ms() - t0 < LU_TIMEOUT_MS) {
+		usleep(50 * 1000);
+		now = resident_buffers(bufs, nbufs, BUF);
+		ring = loop_stats(&oc.l).ring_target;
+	}
+	uint64_t given = lu_stats(&oc.l).bufs_given_back;
+	print_message("%s: %d buffers held; backed: %d once consumed, %d after %.0f ms; ring %" PRIu64 " then %" PRIu64
+		      "; %" PRIu64 " given back\n",
+		      perch_loop_backend_name(oc.l.loop), nbufs, before, now, mono_ms() - t0, grown, ring, given);
+	assert_true(nbufs >= HELD && before >= HELD);
+	assert_true(now <= (uring ? WARM : 0));
+	assert_true(ring <= WARM); /* io_uring: the ring grew for the burst, and is back to its warm size */
+	assert_true(given >= (uint64_t)(nbufs - WARM));
+
+	lu_fill(sent, N);
+	for (size_t i = 0; i < N; i++)
+		sent[i] ^= 0x5a; /* not what the buffers held before */
+	assert_true(lu_write_all(oc.fd, sent, N));
+	hold_then_consume(oc.c, got, N, 0, bufs, 2 * HELD);
+	assert_memory_equal(got, sent, N);
+	free(sent);
+	free(got);
+	one_conn_close(&oc);
 }
 
 /* As above, but the peer resets: the waiting connection's reader sees the reset. TCP only. */
@@ -3135,6 +3229,7 @@ int main(void)
 		cmocka_unit_test(a_connection_waiting_for_a_receive_buffer_still_hears_its_peer_end),
 		cmocka_unit_test(a_peer_sending_a_few_bytes_a_segment_holds_a_bounded_number_of_buffers),
 		cmocka_unit_test(a_receive_with_bytes_waiting_stops_at_the_pause),
+		cmocka_unit_test(a_quiet_loop_gives_back_the_pages_of_the_buffers_a_burst_used),
 		cmocka_unit_test(a_connection_waiting_for_a_buffer_receives_more_than_its_pause_part_by_part),
 		cmocka_unit_test(a_closed_listener_stops_listening_without_the_loops_free),
 		cmocka_unit_test(a_burst_holding_more_buffers_than_the_ring_has_grows_it),

@@ -152,6 +152,8 @@ struct perch_loop_stats {
 	uint64_t recv_limit_refused; /* io_uring: 1 once the kernel refused a multishot receive's byte
 				      * limit (one that predates it): receives may then overshoot a
 				      * pause by what the kernel takes before the pause's cancel lands */
+	uint64_t bufs_given_back;    /* receive buffers whose pages a loop gave back to the kernel after
+				      * they sat unused for a second (each time: doc/loop.md, "Receive memory") */
 };
 
 /*
