@@ -122,6 +122,7 @@ struct uring {
 	uint64_t wake_val;
 	bool zerocopy;               /* the kernel has SEND_ZC and SENDMSG_ZC (probed at init) */
 	bool recv_limit_refused;     /* the kernel refused a multishot recv's byte limit: none from then on */
+	bool recv_limit_known;       /* a limited one received: the kernel takes the limit */
 	struct zc_hold *zc_holds;    /* every hold, until its chain went back */
 	struct cqe_copy *backlog;    /* CQEs taken off a full CQ to free it, not yet dispatched */
 	size_t nbacklog, capbacklog;

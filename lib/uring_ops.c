@@ -103,13 +103,16 @@ static bool bytes_waiting_for_multishot(const struct perch__sock *s)
  * lands, as many as one pass of its task work drains: the ring's worth
  * for a peer that keeps sending. A kernel that predates the limit refuses
  * it (EINVAL, taking no buffer): perch__uring_on_recv arms without it then.
+ * The kernel subtracts each receive from it as an int: a limit of 2 GiB
+ * or more would end the multishot after one buffer, so room is capped
+ * below that; 0 would mean no limit.
  */
 static void limit_to_room(struct uring *u, struct perch__sock *s, struct io_uring_sqe *sqe)
 {
 	if (u->recv_limit_refused)
 		return;
 	uint64_t room = s->unconsumed < s->opts.pause_bytes ? s->opts.pause_bytes - s->unconsumed : 1;
-	sqe->file_index = room < UINT32_MAX ? (uint32_t)room : UINT32_MAX; /* 0 would mean no limit */
+	sqe->file_index = room < INT32_MAX ? (uint32_t)room : INT32_MAX;
 	us_of(s)->flags |= F_RECV_LIM;
 }
 
@@ -155,6 +158,7 @@ void perch__uring_recv_arm(struct perch__sock *s)
 	sqe->buf_group = BGID;
 	io_uring_sqe_set_data64(sqe, UD(OP_RECV, s));
 	us->inflight++;
+	s->loop->stats.recv_arms++;
 }
 
 void perch__uring_recv_pause(struct perch__sock *s)
@@ -269,10 +273,17 @@ void perch__uring_close(struct perch__sock *s)
 
 /* ================= completions ================= */
 
-/* A byte limit this kernel does not know: refused before any buffer was taken, so nothing was lost. */
+/*
+ * A byte limit this kernel does not know: refused before any buffer was
+ * taken, so nothing was lost. Once one limited recv received, the kernel
+ * knows it: a later EINVAL is the connection's own.
+ */
 static bool limit_refused(struct uring *u, struct perch__sock *s, int res, uint32_t flags, bool last)
 {
-	if (res != -EINVAL || !last || (flags & IORING_CQE_F_BUFFER) || !(us_of(s)->flags & F_RECV_LIM))
+	if (res > 0 && (us_of(s)->flags & F_RECV_LIM))
+		u->recv_limit_known = true;
+	if (res != -EINVAL || !last || (flags & IORING_CQE_F_BUFFER) || !(us_of(s)->flags & F_RECV_LIM) ||
+	    u->recv_limit_known)
 		return false;
 	u->recv_limit_refused = true;
 	s->loop->stats.recv_limit_refused = 1;

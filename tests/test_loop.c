@@ -1332,6 +1332,25 @@ static void a_peer_sending_a_few_bytes_a_segment_holds_a_bounded_number_of_buffe
 	one_conn_close(&oc);
 }
 
+/*
+ * A pause of 4 GiB, above what the kernel's multishot byte limit takes (it
+ * subtracts as an int): 16 MiB, 1,024 buffers, streamed to a reader that
+ * keeps up take a few multishot arms (io_uring; epoll arms none), not one
+ * a buffer as a limit of 2 GiB or more would.
+ */
+static void a_pause_above_2_gib_keeps_one_multishot_receiving(void **state)
+{
+	struct perch_conn_opts huge = { .pause_bytes = (size_t)4 << 30 };
+	struct stream st;
+	stream_open(&st, 16 << 20, &huge, 0, 0);
+	stream_write(&st);
+	stream_read_all(&st);
+	uint64_t arms = loop_stats(&st.l).recv_arms;
+	print_message("%s: %" PRIu64 " receive arms for 16 MiB\n", perch_loop_backend_name(st.l.loop), arms);
+	assert_true(arms < 256);
+	stream_close(&st);
+}
+
 /* ---- bytes already waiting when a receive runs: it stops at the pause ---- */
 
 struct held_loop {
@@ -3229,6 +3248,7 @@ int main(void)
 		cmocka_unit_test(a_connection_waiting_for_a_receive_buffer_still_hears_its_peer_end),
 		cmocka_unit_test(a_peer_sending_a_few_bytes_a_segment_holds_a_bounded_number_of_buffers),
 		cmocka_unit_test(a_receive_with_bytes_waiting_stops_at_the_pause),
+		cmocka_unit_test(a_pause_above_2_gib_keeps_one_multishot_receiving),
 		cmocka_unit_test(a_quiet_loop_gives_back_the_pages_of_the_buffers_a_burst_used),
 		cmocka_unit_test(a_connection_waiting_for_a_buffer_receives_more_than_its_pause_part_by_part),
 		cmocka_unit_test(a_closed_listener_stops_listening_without_the_loops_free),

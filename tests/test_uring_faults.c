@@ -435,6 +435,48 @@ static void a_kernel_refusing_the_recv_byte_limit_gets_receives_without_it(void 
 	sem_destroy(&k.got);
 }
 
+/*
+ * Once limited receives worked on a loop, the kernel knows the limit: an
+ * EINVAL on a later limited multishot (here the wrappers make its re-arm
+ * one every kernel refuses, once the first reached its limit) is the
+ * connection's own error, reported to its reader, not a refusal to work
+ * around.
+ */
+static void an_einval_after_the_limit_worked_is_the_connections_error(void **state)
+{
+	enum { PAUSE = 64 * 1024, FIRST = 16 * 1024, MORE = 4 * PAUSE };
+	struct lu_loop l;
+	start_loop(&l);
+	struct lu_catcher k = { .c = NULL };
+	sem_init(&k.got, 0, 0);
+	struct perch_conn_opts copts = { .pause_bytes = PAUSE };
+	struct perch_listener *ls;
+	assert_int_equal(perch_listen(l.loop, "127.0.0.1", 0, &copts, lu_catch_accept, &k, &ls), 0);
+	int fd = lu_plain_connect_to(ls);
+	assert_true(fd >= 0);
+	assert_int_equal(lu_sem_wait(&k.got, LU_TIMEOUT_MS), 0);
+	uint8_t *sent = malloc(MORE), *got = malloc(MORE);
+	lu_fill(sent, MORE);
+	assert_true(lu_write_all(fd, sent, FIRST));
+	struct lu_end e = lu_read(k.c, got, FIRST);
+	assert_int_equal(e.got, FIRST);
+	__atomic_store_n(&refuse_recv_limits, true, __ATOMIC_RELEASE);
+	assert_true(lu_write_all(fd, sent, MORE));
+	e = lu_read_to_end(k.c, got, MORE);
+	__atomic_store_n(&refuse_recv_limits, false, __ATOMIC_RELEASE);
+	print_message("after %zu more bytes: error %d\n", e.got, e.error);
+	assert_int_equal(e.error, -EINVAL);
+	assert_true(e.got < MORE);
+	assert_int_equal(lu_stats(&l).recv_limit_refused, 0);
+	perch_conn_release(k.c);
+	close(fd);
+	assert_int_equal(perch_listener_close(ls), 0);
+	assert_int_equal(lu_stop(&l), 0);
+	free(sent);
+	free(got);
+	sem_destroy(&k.got);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -445,6 +487,7 @@ int main(void)
 		cmocka_unit_test(a_free_off_the_owners_thread_resumes_no_listener_onto_a_gone_backend),
 		cmocka_unit_test(a_ring_broken_under_a_stuck_zerocopy_write_resets_it_before_the_release),
 		cmocka_unit_test(a_kernel_refusing_the_recv_byte_limit_gets_receives_without_it),
+		cmocka_unit_test(an_einval_after_the_limit_worked_is_the_connections_error),
 	};
 	return cmocka_run_group_tests_name("io_uring faults", tests, NULL, NULL);
 }
