@@ -140,7 +140,9 @@ PERCH_API const char *perch_loop_backend_name(const struct perch_loop *loop);
 struct perch_loop_stats {
 	uint64_t enobufs_parks;      /* receives that waited for a free receive buffer */
 	uint64_t own_receives;       /* receives into a connection's own memory: its peer ended while it waited */
-	uint64_t recv_pauses;        /* backpressure pauses (pause_bytes unconsumed) */
+	uint64_t recv_pauses;        /* backpressure pauses, each time one starts: pause_bytes
+				      * unconsumed, or pool buffers held at the bound thin
+				      * segments reach (doc/loop.md, "Receive memory") */
 	uint64_t accept_errors;      /* failed accepts */
 	uint64_t accept_pauses;      /* listeners paused for want of fds or memory */
 	uint64_t zerocopy_available; /* io_uring: 1 when the kernel has zero-copy sends (probed at start) */
