@@ -33,11 +33,13 @@ static void usage(FILE *f)
 		   "  never reads what the proxy forwards to it, but for the last session. Through the\n"
 		   "  proxy on --port it opens --stalled sessions (1000), each sending (with a 64 KiB send\n"
 		   "  buffer of its own) until its socket stays full for 300 ms or it sent --stall-bytes\n"
-		   "  (16 MiB); then one normal session\n"
-		   "  sends for --secs seconds (3) to an upstream that reads everything.\n"
+		   "  (16 MiB); then one normal session sends for --secs seconds (3) to an upstream\n"
+		   "  side that reads everything.\n"
 		   "  Prints: stalled sessions, bytes they sent, the normal session's MB/s (upstream's\n"
 		   "  count over the sending time) and ms to its first byte; --csv: one comma-separated\n"
-		   "  line. --timeout (30 s) bounds each phase.\n");
+		   "  line (first byte -1: none came). --timeout (30 s) bounds each phase. Start the proxy\n"
+		   "  first, pointed at the upstream port: proxy --port P --to 127.0.0.1:U, then\n"
+		   "  stall_client --port P --upstream-port U. Exits 3 when no byte got through.\n");
 }
 
 static int parse(int argc, char **argv, struct opts *o)
@@ -258,6 +260,10 @@ int main(int argc, char **argv)
 	double mbps = (double)got / 1e6 / o.secs;
 	if (o.csv)
 		printf("%zu,%llu,%.1f,%.1f\n", opened, (unsigned long long)stalled_bytes, mbps, first_ms);
+	else if (first_ms < 0)
+		printf("stalled sessions %zu (upstream accepted %zu), they sent %.1f MB; normal session: no byte "
+		       "reached its upstream in %.1f s\n",
+		       opened, u.n > opened ? opened : u.n, (double)stalled_bytes / 1e6, o.secs);
 	else
 		printf("stalled sessions %zu (upstream accepted %zu), they sent %.1f MB; normal session %.1f MB/s, "
 		       "first byte after %.1f ms\n",
