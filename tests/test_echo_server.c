@@ -307,6 +307,25 @@ static void unknown_options_and_missing_values_are_refused_by_name(void **state)
 	}
 }
 
+/* A refused --recv-buffers or --pause-bytes says what the value must be, then the usage. */
+static void a_bad_receive_memory_value_says_what_it_must_be(void **state)
+{
+	static const struct {
+		const char *opt, *val, *says;
+	} cases[] = {
+		{ "--recv-buffers", "1000", "echo: bad value '1000' for --recv-buffers (a power of two, 1 to 32768)\n" },
+		{ "--pause-bytes", "0", "echo: bad value '0' for --pause-bytes (bytes, 1 to 1073741824)\n" },
+		{ "--threads", "0", "echo: bad value '0' for --threads\n" },
+	};
+	char err[4096];
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *argv[] = { "echo", (char *)cases[i].opt, (char *)cases[i].val, NULL };
+		assert_int_equal(parse_catching_stderr(3, argv, err, sizeof(err)), -1);
+		assert_true(strncmp(err, cases[i].says, strlen(cases[i].says)) == 0);
+		assert_non_null(strstr(err, "usage: echo"));
+	}
+}
+
 /* Round trips to a server listening on the Unix socket `name`. */
 static void unix_round_trips(const char *name)
 {
@@ -449,6 +468,7 @@ int main(void)
 						setup_idle_long, teardown),
 		cmocka_unit_test(the_idle_timeout_option_is_parsed_and_bad_values_refused),
 		cmocka_unit_test(the_receive_memory_options_are_parsed_and_bad_values_refused),
+		cmocka_unit_test(a_bad_receive_memory_value_says_what_it_must_be),
 		cmocka_unit_test(the_nagle_option_reaches_every_accepted_connection),
 		cmocka_unit_test(unknown_options_and_missing_values_are_refused_by_name),
 		cmocka_unit_test(a_server_on_a_unix_socket_echoes_and_replaces_only_a_stale_file),

@@ -248,7 +248,8 @@ static void usage(const char *prog)
 		"  --recv-buffers N  each loop's receive buffers of 16 KiB, a power of two up to\n"
 		"                 32768 (default 512); their memory is taken as they are first used\n"
 		"  --pause-bytes BYTES  a connection stops receiving while this much it received is\n"
-		"                 not consumed (default 262144); above the largest message held whole\n"
+		"                 not consumed (default 262144, at most 1073741824); above the largest\n"
+		"                 message held whole\n"
 		"%s",
 		prog, serve_extra_synopsis ? " " : "", serve_extra_synopsis ? serve_extra_synopsis : "",
 		serve_extra_usage ? serve_extra_usage : "");
@@ -322,6 +323,16 @@ static int parse_recv(const char *s, enum perch_recv_mode *m)
 	else
 		return -1;
 	return 0;
+}
+
+/* What a refused value must be, for the options whose rule their name does not say. */
+static const char *value_rule(const char *name)
+{
+	if (strcmp(name, "recv-buffers") == 0)
+		return " (a power of two, 1 to 32768)";
+	if (strcmp(name, "pause-bytes") == 0)
+		return " (bytes, 1 to 1073741824)";
+	return "";
 }
 
 int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts *o)
@@ -439,7 +450,7 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 		return -1;
 	return 0;
 bad:
-	fprintf(stderr, "%s: bad value '%s' for --%s\n", prog, optarg, longs[idx].name);
+	fprintf(stderr, "%s: bad value '%s' for --%s%s\n", prog, optarg, longs[idx].name, value_rule(longs[idx].name));
 	usage(prog);
 	return -1;
 }
