@@ -2,6 +2,7 @@
 #ifndef PERCH_LIB_POOL_TRIM_H
 #define PERCH_LIB_POOL_TRIM_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "loop_internal.h"
@@ -23,6 +24,7 @@ struct perch__pool_trim {
 	uint32_t buf_size;
 	uint32_t low;                /* the fewest entries the stack held since the last tick */
 	uint32_t trimmed;            /* its bottom entries whose pages went back, untouched since */
+	bool off;                    /* buffers smaller than a page: nothing to give back */
 };
 
 /* At setup: a stack of n buffers never written (no pages yet), and the tick that calls perch__pool_trim_stack. */
@@ -43,23 +45,24 @@ void perch__pool_trim_arm(struct perch__pool_trim *pt);
 /* The stack now holds n entries, after a push: its new top may keep pages, so the tick is armed. */
 static inline void perch__pool_trim_pushed(struct perch__pool_trim *pt, uint32_t n)
 {
-	if (n > pt->trimmed && !pt->timer.list)
+	if (n > pt->trimmed && !pt->timer.list && !pt->off)
 		perch__pool_trim_arm(pt);
 }
 
 /*
  * The tick: gives back the pages of the entries ids[trimmed..low) that
- * stayed below the interval's low, starts the next interval, and re-arms
- * while any entry may keep pages. Returns how many buffers it gave back.
+ * stayed below the interval's low (sorting them: all cold, their order
+ * does not matter), starts the next interval, and re-arms while any entry
+ * may keep pages. Returns how many buffers it gave back.
  */
-uint32_t perch__pool_trim_stack(struct perch__pool_trim *pt, const uint32_t *ids, uint32_t n);
+uint32_t perch__pool_trim_stack(struct perch__pool_trim *pt, uint32_t *ids, uint32_t n);
 
 /*
  * Buffers known to be idle (taken out of io_uring's ring) go to the bottom
  * of the stack ids[0..*n), above the ones already given back, with their
- * pages given back at once.
+ * pages given back at once (cold[] is sorted meanwhile).
  */
-void perch__pool_trim_insert_cold(struct perch__pool_trim *pt, uint32_t *ids, uint32_t *n, const uint32_t *cold,
+void perch__pool_trim_insert_cold(struct perch__pool_trim *pt, uint32_t *ids, uint32_t *n, uint32_t *cold,
 				  uint32_t k);
 
 #endif /* PERCH_LIB_POOL_TRIM_H */

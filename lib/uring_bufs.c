@@ -69,7 +69,10 @@ void perch__uring_ring_maybe_shrink(struct uring *u)
  * Whether the kernel cannot be taking a buffer from the ring now and every
  * one it took has been counted: with DEFER_TASKRUN it selects buffers only
  * inside this thread's io_uring_enter, and with every CQE seen ring_free
- * is exactly the entries it has not taken, the last ones before the tail.
+ * is the entries it has not taken, the last ones before the tail. Not
+ * always exactly: a receive punted to an io-wq worker commits its buffer
+ * before its CQE exists. ring_trim leaves RING_TARGET_MIN entries at the
+ * head end, far more than such receives in flight, so it never takes one.
  */
 static bool ring_settled(struct uring *u)
 {
