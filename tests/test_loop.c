@@ -1336,10 +1336,13 @@ static void a_peer_sending_a_few_bytes_a_segment_holds_a_bounded_number_of_buffe
  * A pause of 4 GiB, above what the kernel's multishot byte limit takes (it
  * subtracts as an int): 16 MiB, 1,024 buffers, streamed to a reader that
  * keeps up take a few multishot arms (io_uring; epoll arms none), not one
- * a buffer as a limit of 2 GiB or more would.
+ * a buffer as a limit of 2 GiB or more would. TCP only.
  */
 static void a_pause_above_2_gib_keeps_one_multishot_receiving(void **state)
 {
+#ifdef LU_UNIX
+	skip(); /* a Unix socket receives single-shot on io_uring: one arm a receive */
+#endif
 	struct perch_conn_opts huge = { .pause_bytes = (size_t)4 << 30 };
 	struct stream st;
 	stream_open(&st, 16 << 20, &huge, 0, 0);
