@@ -1297,6 +1297,20 @@ static void a_peer_sending_a_few_bytes_a_segment_holds_a_bounded_number_of_buffe
 	assert_true(v.paused);
 	assert_true(v.pool_held <= HELD_MAX + 1); /* a multishot's segment may land as the pause does */
 	assert_true(v.unconsumed < PAUSE);
+	/*
+	 * Paused, it takes no more: two turns later its multishot's cancel has
+	 * been submitted (io_uring; epoll left the fd out of its interest), and
+	 * a segment sent then stays in the kernel though the pause's byte room
+	 * is not used up.
+	 */
+	assert_int_equal(lu_on_loop(l, on_loop_nothing, NULL), 0);
+	assert_int_equal(lu_on_loop(l, on_loop_nothing, NULL), 0);
+	assert_true(lu_write_all(fd, sent + i * CHUNK, CHUNK));
+	usleep(100 * 1000);
+	struct sock_view later = sock_view(l, c);
+	assert_int_equal(later.pool_held, v.pool_held);
+	assert_int_equal(later.unconsumed, v.unconsumed);
+	i++;
 
 	struct perch_conn *other;
 	int other_fd = lu_plain_connect_to(oc.ls);
