@@ -280,10 +280,12 @@ void perch__uring_close(struct perch__sock *s)
  */
 static bool limit_refused(struct uring *u, struct perch__sock *s, int res, uint32_t flags, bool last)
 {
-	if (res > 0 && (us_of(s)->flags & F_RECV_LIM))
-		u->recv_limit_known = true;
-	if (res != -EINVAL || !last || (flags & IORING_CQE_F_BUFFER) || !(us_of(s)->flags & F_RECV_LIM) ||
-	    u->recv_limit_known)
+	if (res != -EINVAL) {
+		if (!u->recv_limit_known && res > 0 && (us_of(s)->flags & F_RECV_LIM))
+			u->recv_limit_known = true; /* once a loop: no store a completion after */
+		return false;
+	}
+	if (!last || (flags & IORING_CQE_F_BUFFER) || !(us_of(s)->flags & F_RECV_LIM) || u->recv_limit_known)
 		return false;
 	u->recv_limit_refused = true;
 	s->loop->stats.recv_limit_refused = 1;
