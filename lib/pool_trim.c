@@ -23,7 +23,7 @@ void perch__pool_trim_init(struct perch__pool_trim *pt, struct perch_loop *loop,
 void perch__pool_trim_arm(struct perch__pool_trim *pt)
 {
 	/* Not on a loop being freed: its timers are being unbound (a release may land in its last turns). */
-	if (pt->off || !pt->timer.loop || pt->timer.loop->freeing)
+	if (pt->off || pt->timer.list || !pt->timer.loop || pt->timer.loop->freeing)
 		return;
 	perch__timer_arm_at(&pt->timer, perch__now_ms() + PERCH__POOL_TRIM_MS, PERCH__POOL_TRIM_MS);
 }
@@ -41,7 +41,7 @@ static int by_id(const void *a, const void *b)
  * memory the pool owns; if it did, the pages would only stay backed.
  * Their order does not matter: every one is cold. Returns n.
  */
-static uint32_t give_back(struct perch__pool_trim *pt, uint32_t *ids, uint32_t n)
+uint32_t perch__pool_trim_give_back(struct perch__pool_trim *pt, uint32_t *ids, uint32_t n)
 {
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
 	qsort(ids, n, sizeof(*ids), by_id);
@@ -62,7 +62,7 @@ static uint32_t give_back(struct perch__pool_trim *pt, uint32_t *ids, uint32_t n
 uint32_t perch__pool_trim_stack(struct perch__pool_trim *pt, uint32_t *ids, uint32_t n)
 {
 	PERCH_ASSERT(pt->trimmed <= pt->low && pt->low <= n);
-	uint32_t given = give_back(pt, ids + pt->trimmed, pt->low - pt->trimmed);
+	uint32_t given = perch__pool_trim_give_back(pt, ids + pt->trimmed, pt->low - pt->trimmed);
 	pt->trimmed = pt->low;
 	pt->low = n;
 	if (n > pt->trimmed)
@@ -70,14 +70,12 @@ uint32_t perch__pool_trim_stack(struct perch__pool_trim *pt, uint32_t *ids, uint
 	return given;
 }
 
-void perch__pool_trim_insert_cold(struct perch__pool_trim *pt, uint32_t *ids, uint32_t *n, uint32_t *cold,
-				  uint32_t k)
+uint32_t *perch__pool_trim_room_for_cold(struct perch__pool_trim *pt, uint32_t *ids, uint32_t *n, uint32_t k)
 {
 	uint32_t at = pt->trimmed;
 	memmove(ids + at + k, ids + at, (*n - at) * sizeof(*ids));
-	give_back(pt, cold, k);
-	memcpy(ids + at, cold, k * sizeof(*ids));
 	*n += k;
 	pt->trimmed += k;
 	pt->low += k;
+	return ids + at;
 }

@@ -40,6 +40,7 @@ static inline void perch__pool_trim_popped(struct perch__pool_trim *pt, uint32_t
 		pt->trimmed = n;
 }
 
+/* Arms the tick unless it is armed (or the pool is off, or its loop being freed). */
 void perch__pool_trim_arm(struct perch__pool_trim *pt);
 
 /* The stack now holds n entries, after a push: its new top may keep pages, so the tick is armed. */
@@ -57,12 +58,15 @@ static inline void perch__pool_trim_pushed(struct perch__pool_trim *pt, uint32_t
  */
 uint32_t perch__pool_trim_stack(struct perch__pool_trim *pt, uint32_t *ids, uint32_t n);
 
+/* Gives back the whole pages inside buffers ids[0..n), sorting the ids (their order goes). Returns n. */
+uint32_t perch__pool_trim_give_back(struct perch__pool_trim *pt, uint32_t *ids, uint32_t n);
+
 /*
- * Buffers known to be idle (taken out of io_uring's ring) go to the bottom
- * of the stack ids[0..*n), above the ones already given back, with their
- * pages given back at once (cold[] is sorted meanwhile).
+ * Room for k buffers known to be idle (taken out of io_uring's ring) at
+ * the bottom of the stack ids[0..*n), above the ones already given back,
+ * counted as given back: the caller writes their ids there and gives
+ * their pages back (perch__pool_trim_give_back) before anything pops them.
  */
-void perch__pool_trim_insert_cold(struct perch__pool_trim *pt, uint32_t *ids, uint32_t *n, uint32_t *cold,
-				  uint32_t k);
+uint32_t *perch__pool_trim_room_for_cold(struct perch__pool_trim *pt, uint32_t *ids, uint32_t *n, uint32_t k);
 
 #endif /* PERCH_LIB_POOL_TRIM_H */

@@ -33,8 +33,7 @@ uint32_t perch__uring_ring_grow(struct uring *u)
 	u->loop->stats.ring_target = u->ring_target;
 	perch__uring_ring_refill(u);
 	shrink_window_restart(u); /* a ring that just grew is not quiet */
-	if (!u->trim.timer.list)
-		perch__pool_trim_arm(&u->trim); /* so that it is taken back once idle */
+	perch__pool_trim_arm(&u->trim); /* so that it is taken back once idle */
 	return u->ring_free - before;
 }
 
@@ -91,9 +90,7 @@ static void ring_trim(struct uring *u)
 	if (u->ring_free <= RING_TARGET_MIN || u->parked.head || !ring_settled(u))
 		return;
 	uint32_t k = u->ring_free - RING_TARGET_MIN;
-	uint32_t *cold = malloc(k * sizeof(*cold));
-	if (!cold)
-		return; /* kept for a later tick */
+	uint32_t *cold = perch__pool_trim_room_for_cold(&u->trim, u->spare, &u->nspare, k);
 	uint16_t tail = u->br->tail; /* ours: the kernel only reads it */
 	for (uint32_t j = 0; j < k; j++)
 		cold[j] = u->br->bufs[(uint16_t)(tail - 1 - j) & u->mask].bid;
@@ -101,9 +98,7 @@ static void ring_trim(struct uring *u)
 	u->ring_free -= k;
 	u->ring_target = RING_TARGET_MIN;
 	u->loop->stats.ring_target = u->ring_target;
-	perch__pool_trim_insert_cold(&u->trim, u->spare, &u->nspare, cold, k);
-	u->loop->stats.bufs_given_back += k;
-	free(cold);
+	u->loop->stats.bufs_given_back += perch__pool_trim_give_back(&u->trim, cold, k);
 }
 
 /* Once a second while buffers may keep pages: an idle ring shrinks, the spare stack's cold bottom gives them back. */
@@ -114,7 +109,7 @@ static void pool_tick(struct perch_timer *t, void *arg)
 		ring_trim(u);
 	u->taken_at_tick = u->taken;
 	u->loop->stats.bufs_given_back += perch__pool_trim_stack(&u->trim, u->spare, u->nspare);
-	if (u->ring_free > RING_TARGET_MIN && !u->trim.timer.list)
+	if (u->ring_free > RING_TARGET_MIN)
 		perch__pool_trim_arm(&u->trim);
 }
 
