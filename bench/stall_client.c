@@ -126,7 +126,7 @@ static bool accept_until(struct upstream *u, size_t want, double timeout_s)
 }
 
 /* Sends from every stalled client until each stayed full for STILL_MS or sent its cap. Bytes sent. */
-static uint64_t fill(int *fds, size_t n, const struct opts *o, struct upstream *u)
+static uint64_t fill(int *fds, size_t n, const struct opts *o)
 {
 	static char buf[CHUNK];
 	uint64_t *sent = calloc(n, sizeof(*sent)), *last = calloc(n, sizeof(*last)), total = 0, t0 = bu_now_ns();
@@ -155,7 +155,6 @@ static uint64_t fill(int *fds, size_t n, const struct opts *o, struct upstream *
 				last[i] = bu_now_ns();
 			done += fds[i] < 0 || sent[i] >= o->stall_bytes || ms_since(last[i]) >= STILL_MS;
 		}
-		accept_waiting(u);
 		usleep(10 * 1000);
 	}
 	free(sent);
@@ -174,8 +173,6 @@ static void *read_all(void *arg)
 {
 	struct reader *r = arg;
 	static char buf[1 << 20];
-	struct timeval tv = { .tv_usec = 100 * 1000 };
-	setsockopt(r->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
 		ssize_t k = recv(r->fd, buf, sizeof(buf), 0);
 		if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
@@ -202,8 +199,11 @@ static uint64_t normal_session(const struct opts *o, struct upstream *u, double 
 		return 0;
 	}
 	struct reader r = { .fd = u->fds[before] };
+	struct timeval tv = { .tv_usec = 100 * 1000 }; /* so the reader sees its stop */
 	pthread_t th;
-	if (pthread_create(&th, NULL, read_all, &r) != 0) {
+	if (setsockopt(r.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0 ||
+	    pthread_create(&th, NULL, read_all, &r) != 0) {
+		perror("stall_client: the normal session's reader");
 		close(fd);
 		return 0;
 	}
@@ -232,16 +232,20 @@ int main(int argc, char **argv)
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+			perror("stall_client: raising the fd limit (going on with the soft one)");
 	}
 	struct upstream u = { .lfd = bu_listen(o.host, (int)o.upstream_port, 4096, false) };
 	if (u.lfd < 0) {
 		fprintf(stderr, "stall_client: listen on %s:%d: %s\n", o.host, (int)o.upstream_port, strerror(-u.lfd));
 		return 1;
 	}
-	int small = 4096;
-	setsockopt(u.lfd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)); /* the accepted sockets inherit it */
+	int small = 4096; /* the accepted sockets inherit it */
 	int *fds = calloc(o.stalled ? o.stalled : 1, sizeof(*fds));
+	if (setsockopt(u.lfd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)) != 0 || !fds) {
+		perror("stall_client: the upstream's receive buffer, or memory");
+		return 1;
+	}
 	size_t opened = 0;
 	for (; opened < o.stalled; opened++) {
 		if ((fds[opened] = bu_connect(o.host, (int)o.port)) < 0) {
@@ -249,12 +253,18 @@ int main(int argc, char **argv)
 			break;
 		}
 		int sndbuf = STALLED_SNDBUF;
-		setsockopt(fds[opened], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
-		accept_waiting(&u);
+		if (setsockopt(fds[opened], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)) != 0) {
+			perror("stall_client: a stalled client's send buffer");
+			close(fds[opened]);
+			break;
+		}
 	}
-	accept_until(&u, opened, o.timeout_s);
-	uint64_t stalled_bytes = fill(fds, opened, &o, &u);
-	accept_until(&u, opened, o.timeout_s);
+	uint64_t stalled_bytes = accept_until(&u, opened, o.timeout_s) ? fill(fds, opened, &o) : 0;
+	/* The normal session's upstream is the next one accepted: every stalled one must be in first. */
+	if (u.n != opened) {
+		fprintf(stderr, "stall_client: the upstream accepted %zu connections for %zu sessions\n", u.n, opened);
+		return 1;
+	}
 	double first_ms;
 	uint64_t got = normal_session(&o, &u, &first_ms);
 	double mbps = (double)got / 1e6 / o.secs;

@@ -491,13 +491,13 @@ static void hundreds_of_sessions_whose_upstream_never_reads_leave_room_for_a_nor
 	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < 4 * STALLED + 64)
 		skip(); /* two sockets a session here, two in the proxy */
 	rl.rlim_cur = rl.rlim_max;
-	setrlimit(RLIMIT_NOFILE, &rl);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
 	int cl[STALLED], up[STALLED];
 	for (int i = 0; i < STALLED; i++) {
 		cl[i] = su_connect(f->port);
 		assert_true(cl[i] >= 0);
 		int sndbuf = 64 * 1024; /* the kernel's memory is for the proxy's sockets */
-		setsockopt(cl[i], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+		assert_int_equal(setsockopt(cl[i], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)), 0);
 		up[i] = upstream_accept(f);
 	}
 	size_t stalled = send_until_all_stall(cl, STALLED);
