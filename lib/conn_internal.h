@@ -93,6 +93,12 @@ struct perch__transport_ops {
 	 */
 	struct perch__txbuf *(*txbuf_get)(struct perch_conn *c);
 	bool (*txbuf_put)(struct perch_conn *c, struct perch__txbuf *b);
+	/*
+	 * Optional: the pipe writer over this connection completed
+	 * (perch_pipe_writer_complete; the writer's thread): a layer ends its
+	 * stream (TLS sends close_notify). A socket's connection stays open.
+	 */
+	void (*end_of_writes)(struct perch_conn *c);
 };
 
 /* The read slot's marks; any other value is a parked struct perch_recv_listener *. */

@@ -329,6 +329,8 @@ int perch_pipe_writer_complete(struct perch_pipe_writer *w)
 		/* Staged bytes are the writer's alone (a flush in progress took its own). */
 		size_t len;
 		perch__conn_free_chain(perch__conn_take_staged(w->c, &len));
+		if (w->c->ops->end_of_writes)
+			w->c->ops->end_of_writes(w->c);
 	}
 	return 0;
 }
