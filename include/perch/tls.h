@@ -1,0 +1,153 @@
+/* perch/tls.h: TLS (OpenSSL 3) between a ciphertext pipe pair and a plaintext one with the same API. */
+#ifndef PERCH_TLS_H
+#define PERCH_TLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <perch/common.h>
+#include <perch/loop.h>
+#include <perch/pipe.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * A TLS session takes a ciphertext reader and writer (over a connection,
+ * or an in-memory pipe) and hands back a plaintext reader and writer used
+ * with the very calls of pipe.h: a protocol written for plain pipes runs
+ * over TLS unchanged, and a parked plaintext read or flush is one
+ * continuation registration, as on a connection. OpenSSL reads the
+ * ciphertext from the received segments and writes its records into the
+ * ciphertext writer's staging buffers (a BIO over the pipes, no memory
+ * BIO). The session's own work (handshake, decrypt, encrypt) runs on its
+ * loop's thread; the plaintext ends may be used from any thread, as any
+ * pipe's. Built in when configure finds OpenSSL 3 (doc/tls.md).
+ */
+struct perch_tls_ctx;
+struct perch_tls;
+
+#define PERCH_TLS_SERVER 0
+#define PERCH_TLS_CLIENT 1
+
+/* Peer verification; 0 is the role's default (a client verifies, a server asks for no certificate). */
+#define PERCH_TLS_VERIFY_DEFAULT 0
+#define PERCH_TLS_VERIFY_NONE    1   /* a client accepts any certificate: tests only */
+#define PERCH_TLS_VERIFY_PEER    2   /* a client checks the server's; a server asks for the client's */
+#define PERCH_TLS_VERIFY_REQUIRE 3   /* as PEER, and a server refuses a client without one */
+
+/*
+ * A server's choice of context for the name a client asked for (SNI),
+ * on the loop's thread during the handshake: set *use (a context of the
+ * server role; the session keeps its own reference) and return 0, or
+ * return -ENOENT to keep the session's context, or another negative errno
+ * to fail the handshake (the client gets an unrecognized_name alert).
+ */
+typedef int (*perch_tls_sni_fn)(void *arg, const char *server_name, struct perch_tls_ctx **use);
+
+/* What a context is made of; zeroed means every default. Strings are copied. */
+struct perch_tls_ctx_opts {
+	int role;                  /* PERCH_TLS_SERVER or PERCH_TLS_CLIENT */
+	const char *cert_file;     /* PEM certificate chain, leaf first (a server needs one) */
+	const char *key_file;      /* PEM private key of the leaf */
+	const char *cert_pem;      /* the chain in memory (NUL-terminated PEM), instead of cert_file */
+	const char *key_pem;       /* the key in memory, instead of key_file */
+	const char *ca_file;       /* PEM CAs to verify the peer with */
+	const char *ca_dir;        /* a hashed CA directory (c_rehash), with or instead of ca_file */
+	int verify;                /* PERCH_TLS_VERIFY_*; a client without a CA uses the system's */
+	const char *alpn;          /* protocols, comma-separated, preferred first ("h2,http/1.1") */
+	bool no_tickets;           /* no session resumption (tickets are on by default) */
+	perch_tls_sni_fn sni;      /* a server's context chooser, or NULL */
+	void *sni_arg;
+};
+
+/*
+ * Makes a context (TLS 1.2 at least, renegotiation refused). Returns 0
+ * with *out set; -EINVAL (NULL out, a bad role or verify, a server without
+ * a certificate, an ALPN name empty or over 255 bytes, a certificate or key
+ * that does not load or match), -ENOENT (a file that is not there),
+ * -ENOMEM. On failure `why` (when not NULL) gets a line saying what was
+ * wrong, with OpenSSL's reason. Any thread.
+ */
+PERCH_API int perch_tls_ctx_new(const struct perch_tls_ctx_opts *opts, struct perch_tls_ctx **out,
+				char *why, size_t why_len);
+
+/* Drops the caller's reference: sessions keep theirs. NULL is ignored. Any thread. */
+PERCH_API void perch_tls_ctx_free(struct perch_tls_ctx *ctx);
+
+/* Options of one session; zeroed (or NULL) means every default. */
+struct perch_tls_opts {
+	const char *server_name;   /* a client's SNI and the name its peer's certificate must bear */
+	unsigned handshake_ms;     /* the handshake's deadline; 0: 10 s */
+	size_t pause_bytes;        /* decrypted bytes unread at which decryption pauses; 0: 64 KiB */
+};
+
+/* The error a plaintext read reports for a stream that ended without close_notify (truncation). */
+#define PERCH_TLS_TRUNCATED (-ECONNABORTED)
+
+/*
+ * Starts a session over `cipher_r` and `cipher_w`, which it takes (freed
+ * by perch_tls_free, also when this fails), and begins the handshake on
+ * `loop`'s thread. Returns 0 with *out set; -EINVAL (a NULL, a client
+ * context without server_name while it verifies); -ENOMEM. On the loop's
+ * thread, or any thread while the loop is not running.
+ *
+ * A failed handshake, a peer's protocol error, or a timeout reaches the
+ * plaintext reader as a result with `error` set: -EPROTO (perch_tls_error
+ * says OpenSSL's reason: "http request" for plaintext to a TLS port, a
+ * failed certificate check, no shared cipher), -ETIMEDOUT (the deadline),
+ * PERCH_TLS_TRUNCATED, or the ciphertext side's own error; a pending
+ * plaintext flush then fails with -EPIPE. A peer's close_notify is the
+ * reader's `completed`.
+ */
+PERCH_API int perch_tls_new(struct perch_tls_ctx *ctx, struct perch_loop *loop,
+			    struct perch_pipe_reader *cipher_r, struct perch_pipe_writer *cipher_w,
+			    const struct perch_tls_opts *opts, struct perch_tls **out);
+
+/*
+ * The plaintext ends, owned by the session (do not free them): read and
+ * write them as any pipe's, from any thread. Bytes written before the
+ * handshake completes leave after it. perch_pipe_writer_complete on the
+ * writer sends close_notify after what was flushed. NULL for a NULL session.
+ */
+PERCH_API struct perch_pipe_reader *perch_tls_reader(struct perch_tls *t);
+PERCH_API struct perch_pipe_writer *perch_tls_writer(struct perch_tls *t);
+
+/*
+ * Ends the session: a parked plaintext read is taken back (its task
+ * completes with -ECANCELED) and a parked flush fails (-EPIPE), both
+ * inside this call, and both pairs are
+ * freed. No close_notify is sent (complete the writer for that, and wait
+ * for its flush). On the loop's thread, or any thread while the loop is
+ * not running. NULL is ignored.
+ */
+PERCH_API void perch_tls_free(struct perch_tls *t);
+
+/* After the handshake (loop thread, or once it completed): what was agreed. NULL before it. */
+PERCH_API const char *perch_tls_alpn(const struct perch_tls *t);
+PERCH_API const char *perch_tls_version(const struct perch_tls *t);
+PERCH_API const char *perch_tls_cipher(const struct perch_tls *t);
+/* Whether the handshake resumed an earlier session (a ticket). */
+PERCH_API bool perch_tls_resumed(const struct perch_tls *t);
+/* Whether the handshake completed. */
+PERCH_API bool perch_tls_established(const struct perch_tls *t);
+
+/* How records move: the session's path once the handshake completed. */
+#define PERCH_TLS_PATH_USERSPACE 0   /* OpenSSL encrypts and decrypts */
+#define PERCH_TLS_PATH_KERNEL_TX 1   /* the kernel encrypts (kTLS); OpenSSL decrypts */
+#define PERCH_TLS_PATH_KERNEL    2   /* the kernel does both */
+PERCH_API int perch_tls_path(const struct perch_tls *t);
+
+/*
+ * Why the session failed, as one line (OpenSSL's reason, the certificate
+ * check's verdict, a timeout), into `buf`; returns the session's error
+ * (0 while it has none). Loop thread, or after the failure was read.
+ */
+PERCH_API int perch_tls_error(const struct perch_tls *t, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PERCH_TLS_H */

@@ -1,0 +1,130 @@
+/* pipes/tls_bio.c: the BIO OpenSSL reads ciphertext through, from the received segments, and writes records through, into staging. */
+#include "config.h"
+
+#include <limits.h>
+#include <perch/segs.h>
+
+#include "tls_internal.h"
+
+/*
+ * Loop thread, inside the engine's OpenSSL calls. A read copies from the
+ * ciphertext result the engine holds (its segments, no intermediate
+ * buffer) and, once OpenSSL took all of it, advances past it and looks
+ * for more without waiting; nothing there is a retry, and the engine
+ * parks the read. A write stages the record on the ciphertext writer; a
+ * flush still waiting is a retry, and the engine writes again once it
+ * completed.
+ */
+
+/* Takes the next ciphertext result, if one is there now. 0, -EAGAIN, or an end (eof, error). */
+static int next_result(struct perch_tls *s)
+{
+	if (s->cin_have) {
+		perch_pipe_advance_to(s->cr, s->cin.len, s->cin.len);
+		s->cin_have = false;
+	}
+	if (s->cin_eof || s->io_error)
+		return -EPIPE;
+	int rc = perch_pipe_try_read(s->cr, &s->cin);
+	if (rc != 0)
+		return rc;
+	s->cin_have = true;
+	s->cin_off = 0;
+	if (s->cin.len > 0)
+		return 0;
+	if (s->cin.error || s->cin.closed)
+		s->io_error = s->cin.error ? s->cin.error : -EPIPE;
+	else if (s->cin.completed)
+		s->cin_eof = true;
+	else
+		return -EAGAIN;   /* canceled: nothing new */
+	return -EPIPE;
+}
+
+static int bio_read(BIO *b, char *out, int len)
+{
+	struct perch_tls *s = BIO_get_data(b);
+	BIO_clear_retry_flags(b);
+	if (len <= 0)
+		return 0;
+	if (!s->cin_have || s->cin_off == s->cin.len) {
+		/* A parked read holds the reader: its delivery kicks the engine, which reads again. */
+		int rc = s->cin_parked ? -EAGAIN : next_result(s);
+		if (rc == -EAGAIN) {
+			s->want_input = true;
+			BIO_set_retry_read(b);
+			return -1;
+		}
+		if (rc != 0)
+			return s->cin_eof ? 0 : -1;
+	}
+	size_t n = perch_segs_copy(&s->cin, s->cin_off, out, (size_t)len);
+	s->cin_off += n;
+	return (int)n;
+}
+
+static int bio_write(BIO *b, const char *in, int len)
+{
+	struct perch_tls *s = BIO_get_data(b);
+	BIO_clear_retry_flags(b);
+	if (len <= 0)
+		return 0;
+	if (s->cout_flushing) {
+		BIO_set_retry_write(b);
+		return -1;
+	}
+	int rc = perch_pipe_write(s->cw, in, (size_t)len);
+	if (rc == -EBUSY) {
+		BIO_set_retry_write(b);
+		return -1;
+	}
+	if (rc != 0) {
+		s->io_error = s->io_error ? s->io_error : rc;
+		return -1;
+	}
+	return len;
+}
+
+static long bio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+	switch (cmd) {
+	case BIO_CTRL_FLUSH:
+		return 1;   /* the engine flushes once OpenSSL is done writing */
+	case BIO_CTRL_EOF: {
+		struct perch_tls *s = BIO_get_data(b);
+		return s->cin_eof;
+	}
+	default:
+		return 0;
+	}
+}
+
+static int bio_create(BIO *b)
+{
+	BIO_set_init(b, 1);
+	return 1;
+}
+
+static BIO_METHOD *method;
+static pthread_once_t method_once = PTHREAD_ONCE_INIT;
+
+static void method_make(void)
+{
+	BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "perch pipes");
+	if (m && BIO_meth_set_write(m, bio_write) && BIO_meth_set_read(m, bio_read) &&
+	    BIO_meth_set_ctrl(m, bio_ctrl) && BIO_meth_set_create(m, bio_create)) {
+		method = m;
+		return;
+	}
+	BIO_meth_free(m);
+}
+
+BIO *perch__tls_bio_new(struct perch_tls *s)
+{
+	if (pthread_once(&method_once, method_make) != 0 || !method)
+		return NULL;
+	BIO *b = BIO_new(method);
+	if (b)
+		BIO_set_data(b, s);
+	return b;
+}

@@ -1,0 +1,369 @@
+/* pipes/tls_engine.c: the TLS engine on the loop thread: handshake, decryption into the plaintext reader, encryption of its flushes, close_notify. */
+#include "config.h"
+
+#include <openssl/err.h>
+#include <openssl/x509.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "atomic.h"
+#include "tls_internal.h"
+
+#define RECORD_BYTES 16384u        /* the most plaintext one record carries: one SSL_read */
+#define SHRINK_BELOW (RECORD_BYTES / 4)
+#define STAGE_MAX (256u * 1024u)   /* ciphertext staged before it is flushed and waited for */
+
+/* ---- failure ---- */
+
+/* OpenSSL's reason for the failure of the last call, in words a log can carry. */
+static void reason_from_ssl(struct perch_tls *s, char *why, size_t len)
+{
+	unsigned long e = ERR_peek_last_error();
+	long verify = s->ssl ? SSL_get_verify_result(s->ssl) : X509_V_OK;
+	if (ERR_GET_REASON(e) == SSL_R_CERTIFICATE_VERIFY_FAILED && verify != X509_V_OK)
+		snprintf(why, len, "certificate verify failed: %s", X509_verify_cert_error_string(verify));
+	else if (e && ERR_reason_error_string(e))
+		snprintf(why, len, "%s", ERR_reason_error_string(e));
+	else if (e)
+		ERR_error_string_n(e, why, len);
+	else
+		snprintf(why, len, "the TLS library failed without a reason");
+}
+
+void perch__tls_fail(struct perch_tls *s, int err, const char *why)
+{
+	if (s->state == TLS_FAILED)
+		return;
+	s->state = TLS_FAILED;
+	s->error = err;
+	if (why)
+		snprintf(s->reason, sizeof(s->reason), "%s", why);
+	else
+		reason_from_ssl(s, s->reason, sizeof(s->reason));
+	ERR_clear_error();
+	s->fail_unreported = true;
+	if (perch_timer_is_armed(&s->timer))
+		perch_timer_stop(&s->timer);
+}
+
+/* Why the last OpenSSL call failed (not a retry): the session's failure. */
+static void fail_from_ssl(struct perch_tls *s, int ssl_error)
+{
+	unsigned long e = ERR_peek_last_error();
+	if (s->io_error) {
+		char why[96];
+		snprintf(why, sizeof(why), "the ciphertext side failed: %s", strerror(-s->io_error));
+		perch__tls_fail(s, s->io_error, why);
+	} else if (ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING ||
+		   (s->cin_eof && ssl_error == SSL_ERROR_SYSCALL)) {
+		perch__tls_fail(s, PERCH_TLS_TRUNCATED, "the peer ended the stream without close_notify");
+	} else if (ERR_peek_last_error() == 0) {
+		char why[64];
+		snprintf(why, sizeof(why), "the TLS library failed without a reason (error %d)", ssl_error);
+		perch__tls_fail(s, -EPROTO, why);
+	} else {
+		perch__tls_fail(s, -EPROTO, NULL);
+	}
+}
+
+/* ---- plaintext flushes ---- */
+
+/* Ends the chain being encrypted; inside tls_ops.send its completion waits for a kick. */
+static void send_done(struct perch_tls *s, int result)
+{
+	struct perch__txbuf *chain = s->tx;
+	s->tx = s->tx_at = NULL;
+	s->tx_off = 0;
+	s->tx_encrypted = false;
+	if (s->in_send) {
+		s->deferred = chain;
+		s->deferred_result = result;
+		s->has_deferred = true;
+		perch__tls_kick_later(s);
+		return;
+	}
+	perch__conn_send_done(s->plain, chain, result);
+}
+
+void perch__tls_drop_sends(struct perch_tls *s, int result)
+{
+	if (s->has_deferred) {
+		s->has_deferred = false;
+		perch__conn_send_done(s->plain, s->deferred, s->deferred_result);
+	}
+	if (s->tx)
+		send_done(s, result);
+	struct perch__txbuf *chain = perch__xchg_ptr((void **)&s->tx_in, NULL);
+	if (chain)
+		perch__conn_send_done(s->plain, chain, result);
+}
+
+/* ---- the ciphertext pipes' completions (any thread) ---- */
+
+static void cipher_ready(void *arg, int64_t result)
+{
+	struct perch_tls *s = arg;
+	perch__for_u32(&s->asks, TLS_ASK_CIPHER_READY);
+	if (result != -ECANCELED)
+		perch__tls_kick(s);
+	perch__conn_unref(s->plain);   /* the parked read's */
+}
+
+static void cipher_flushed(void *arg, int64_t result)
+{
+	struct perch_tls *s = arg;
+	perch__store_u32((uint32_t *)&s->flush_result, (uint32_t)(int32_t)result);
+	perch__for_u32(&s->asks, TLS_ASK_FLUSHED);
+	perch__tls_kick(s);
+	perch__conn_unref(s->plain);   /* the waited flush's */
+}
+
+/* ---- the engine's steps ---- */
+
+static void take_asks(struct perch_tls *s)
+{
+	uint32_t asks = perch__load_u32(&s->asks) ? perch__xchg_u32(&s->asks, 0) : 0;
+	if (asks & TLS_ASK_CLOSE_NOTIFY)
+		s->close_notify_wanted = true;
+	if (asks & TLS_ASK_CIPHER_READY)
+		s->cin_parked = false;
+	if (asks & TLS_ASK_FLUSHED) {
+		s->cout_flushing = false;
+		int rc = (int32_t)perch__load_u32((uint32_t *)&s->flush_result);
+		if (rc < 0)
+			s->io_error = s->io_error ? s->io_error : rc;
+	}
+	if (!s->tx)
+		s->tx = s->tx_at = perch__xchg_ptr((void **)&s->tx_in, NULL);
+}
+
+static void established(struct perch_tls *s)
+{
+	s->state = TLS_OPEN;
+	s->established = true;
+	if (perch_timer_is_armed(&s->timer))
+		perch_timer_stop(&s->timer);
+}
+
+static void handshake(struct perch_tls *s)
+{
+	if (!s->timer_started) {
+		s->timer_started = true;
+		perch_timer_start(&s->timer, s->handshake_ms);
+	}
+	s->want_input = false;
+	ERR_clear_error();
+	int r = SSL_do_handshake(s->ssl);
+	if (r == 1) {
+		established(s);
+		return;
+	}
+	int e = SSL_get_error(s->ssl, r);
+	if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+		fail_from_ssl(s, e);
+}
+
+/* Encrypts the plaintext chain into staged records, up to STAGE_MAX at a time. */
+static void encrypt(struct perch_tls *s)
+{
+	while (s->tx_at && !s->cout_flushing && perch_pipe_writer_staged(s->cw) < STAGE_MAX) {
+		struct perch__txbuf *b = s->tx_at;
+		if (s->tx_off == b->len) {
+			s->tx_at = b->next;
+			s->tx_off = 0;
+			continue;
+		}
+		size_t n;
+		s->want_input = false;
+		ERR_clear_error();
+		if (SSL_write_ex(s->ssl, b->bytes + s->tx_off, b->len - s->tx_off, &n) == 1) {
+			s->tx_off += n;
+			continue;
+		}
+		int e = SSL_get_error(s->ssl, 0);
+		if (e != SSL_ERROR_WANT_WRITE && e != SSL_ERROR_WANT_READ)
+			fail_from_ssl(s, e);
+		return;
+	}
+	if (s->tx && !s->tx_at)
+		s->tx_encrypted = true;
+}
+
+/* One segment of decrypted bytes for the plaintext reader; false when none came. */
+static bool decrypt_one(struct perch_tls *s)
+{
+	struct perch_seg *seg = malloc(sizeof(*seg) + RECORD_BYTES);
+	if (!seg) {
+		perch__tls_fail(s, -ENOMEM, "no memory for decrypted bytes");
+		return false;
+	}
+	size_t n;
+	s->want_input = false;
+	ERR_clear_error();
+	if (SSL_read_ex(s->ssl, (uint8_t *)(seg + 1), RECORD_BYTES, &n) != 1) {
+		free(seg);
+		int e = SSL_get_error(s->ssl, 0);
+		if (e == SSL_ERROR_ZERO_RETURN) {
+			s->peer_closed = true;
+			perch__conn_peer_closed(s->plain);
+		} else if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
+			fail_from_ssl(s, e);
+		}
+		return false;
+	}
+	struct perch_seg *small = n < SHRINK_BELOW ? realloc(seg, sizeof(*seg) + n) : NULL;
+	seg = small ? small : seg;
+	*seg = (struct perch_seg){.data = (uint8_t *)(seg + 1), .len = (uint32_t)n, .buf_id = PERCH__SEG_OWN};
+	perch__faa_u64(&s->unread, n);
+	if (perch__conn_recv_arrived(s->plain, seg) != 0) {
+		perch__faa_u64(&s->unread, (uint64_t)0 - n);
+		free(seg);
+		perch__tls_fail(s, -ENOMEM, "no memory to queue decrypted bytes");
+		return false;
+	}
+	return true;
+}
+
+/* Whether the plaintext reader has its fill: then a consume at the resume mark kicks. */
+static bool reader_full(struct perch_tls *s)
+{
+	if (perch__load_u64(&s->unread) < s->pause)
+		return false;
+	perch__xchg_u32(&s->paused, 1);
+	perch__fence_rmw_then_load();
+	if (perch__load_u64(&s->unread) >= s->pause)
+		return true;
+	perch__xchg_u32(&s->paused, 0);   /* a consume came meanwhile (its kick may come too: harmless) */
+	return false;
+}
+
+static void decrypt(struct perch_tls *s)
+{
+	while (s->state == TLS_OPEN && !s->peer_closed && !s->freed && !reader_full(s))
+		if (!decrypt_one(s))
+			return;
+}
+
+static void send_close_notify(struct perch_tls *s)
+{
+	if (!s->close_notify_wanted || s->close_notify_sent || s->tx || s->cout_flushing ||
+	    s->state != TLS_OPEN)
+		return;
+	ERR_clear_error();
+	int r = SSL_shutdown(s->ssl);
+	if (r >= 0) {
+		s->close_notify_sent = true;
+		return;
+	}
+	int e = SSL_get_error(s->ssl, r);
+	if (e != SSL_ERROR_WANT_WRITE && e != SSL_ERROR_WANT_READ)
+		fail_from_ssl(s, e);
+}
+
+/* Flushes the staged records; a flush that waits holds the session until it completes. */
+static void flush_cipher(struct perch_tls *s)
+{
+	if (s->cout_flushing || perch_pipe_writer_staged(s->cw) == 0)
+		return;
+	s->cout_flushing = true;
+	perch__conn_ref(s->plain);
+	int rc = perch_pipe_flush_or_wait(s->cw, cipher_flushed, s);
+	if (rc == PERCH_PENDING)
+		return;
+	perch__conn_unref(s->plain);
+	s->cout_flushing = false;
+	if (rc < 0)
+		s->io_error = s->io_error ? s->io_error : rc;
+	s->again = true;
+}
+
+/* A plaintext flush is done once its records are all flushed. */
+static void finish_send(struct perch_tls *s)
+{
+	if (s->tx_encrypted && !s->cout_flushing && perch_pipe_writer_staged(s->cw) == 0)
+		send_done(s, 0);
+}
+
+/* OpenSSL wants ciphertext that is not there yet: park the read, its delivery kicks. */
+static void park_cipher_read(struct perch_tls *s)
+{
+	if (!s->want_input || s->cin_parked || s->cin_have || s->state == TLS_FAILED)
+		return;
+	s->want_input = false;
+	s->cin_parked = true;
+	perch__conn_ref(s->plain);
+	int rc = perch_pipe_read_or_wait(s->cr, &s->cin, cipher_ready, s);
+	if (rc == PERCH_PENDING)
+		return;
+	s->cin_parked = false;
+	perch__conn_unref(s->plain);
+	if (rc != 0) {
+		s->io_error = s->io_error ? s->io_error : rc;
+		fail_from_ssl(s, SSL_ERROR_SYSCALL);
+		return;
+	}
+	s->cin_have = true;   /* OpenSSL's next read takes it (or its end) */
+	s->cin_off = 0;
+	s->again = true;
+}
+
+/* Tells the plaintext side about a failure once, outside tls_ops.send. */
+static void report_failure(struct perch_tls *s)
+{
+	if (!s->fail_unreported || s->in_send)
+		return;
+	s->fail_unreported = false;
+	perch__conn_failed(s->plain, s->error);
+	if (!s->freed)
+		perch__tls_drop_sends(s, -EPIPE);
+}
+
+static void step(struct perch_tls *s)
+{
+	if (s->has_deferred && !s->in_send) {
+		s->has_deferred = false;
+		perch__conn_send_done(s->plain, s->deferred, s->deferred_result);
+		if (s->freed)
+			return;
+	}
+	take_asks(s);
+	if (s->io_error && s->state != TLS_FAILED)
+		fail_from_ssl(s, SSL_ERROR_SYSCALL);
+	if (s->state == TLS_HANDSHAKE)
+		handshake(s);
+	if (s->state == TLS_OPEN) {
+		encrypt(s);
+		if (!s->in_send)
+			decrypt(s);
+		else if (SSL_pending(s->ssl) > 0 || (s->cin_have && s->cin_off < s->cin.len))
+			perch__tls_kick_later(s);   /* decryption runs outside the caller's flush */
+		if (s->freed)
+			return;
+		send_close_notify(s);
+	}
+	flush_cipher(s);
+	finish_send(s);
+	if (s->freed)
+		return;
+	park_cipher_read(s);
+	report_failure(s);
+}
+
+void perch__tls_run(struct perch_tls *s)
+{
+	if (s->freed)
+		return;
+	if (s->running) {
+		s->again = true;
+		return;
+	}
+	s->running = true;
+	perch__conn_ref(s->plain);   /* a continuation may free the session meanwhile */
+	do {
+		s->again = false;
+		step(s);
+	} while (s->again && !s->freed);
+	s->running = false;
+	perch__conn_unref(s->plain);
+}

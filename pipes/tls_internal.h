@@ -1,0 +1,112 @@
+/* pipes/tls_internal.h: the TLS layer's state, shared by its context, BIO, session and engine. */
+#ifndef PERCH_PIPES_TLS_INTERNAL_H
+#define PERCH_PIPES_TLS_INTERNAL_H
+
+#include <openssl/ssl.h>
+#include <pthread.h>
+
+#include <perch/timer.h>
+#include <perch/tls.h>
+
+#include "backend.h"
+#include "conn_internal.h"
+
+struct perch_tls_ctx {
+	uint32_t refs;
+	int role;
+	SSL_CTX *ssl;
+	unsigned char *alpn;             /* the ALPN list in wire form (length-prefixed names) */
+	unsigned alpn_len;
+	perch_tls_sni_fn sni;
+	void *sni_arg;
+	pthread_mutex_t cache_lock;      /* a client's last session, for resumption */
+	SSL_SESSION *cached;
+	char *cached_name;
+};
+
+/* Where the session is. */
+enum tls_state { TLS_HANDSHAKE, TLS_OPEN, TLS_FAILED };
+
+/* What other threads ask of the engine (bits of `asks`). */
+#define TLS_ASK_CLOSE_NOTIFY 1u   /* the plaintext writer completed */
+#define TLS_ASK_CIPHER_READY 2u   /* the parked ciphertext read was delivered */
+#define TLS_ASK_FLUSHED      4u   /* the waited ciphertext flush completed (flush_result) */
+
+/*
+ * A session. The plaintext side is a connection core with no socket
+ * (`plain`) whose transport is this session: its reader is fed by
+ * decryption (perch__conn_recv_arrived) and its flushes come here
+ * (tls_ops.send). Everything below "engine" is the loop thread's alone;
+ * other threads hand work over through the atomic fields and a kick
+ * posted to the loop. The memory lives as long as `plain`: the session's
+ * own reference, the plaintext ends', and one per posted kick and per
+ * ciphertext flush still waited for.
+ */
+struct perch_tls {
+	struct perch__msg kick_msg;
+	uint32_t kick_posted;            /* kick_msg is in the inbox */
+	struct perch_loop *loop;
+	struct perch_tls_ctx *ctx;
+	struct perch_tls_ctx *sni_ctx;   /* a context the SNI chooser picked, or NULL */
+	struct perch_conn *plain;
+	struct perch_pipe_reader *pr, *cr;   /* plaintext, ciphertext */
+	struct perch_pipe_writer *pw, *cw;
+
+	/* ---- handed over by any thread ---- */
+	struct perch__txbuf *tx_in;      /* a plaintext flush's chain (tls_ops.send) */
+	uint64_t unread;                 /* decrypted bytes not yet consumed */
+	uint32_t asks;                   /* TLS_ASK_* */
+	uint32_t paused;                 /* decryption waits for room: a consume at resume kicks */
+	int32_t flush_result;            /* the waited ciphertext flush's, before TLS_ASK_FLUSHED */
+
+	/* ---- engine: the loop thread's ---- */
+	SSL *ssl;
+	enum tls_state state;
+	bool running, again, in_send, freed;
+	bool timer_started, fail_unreported;
+	bool cin_have, cin_parked, cin_eof;
+	bool cout_flushing;
+	bool want_input;                 /* OpenSSL asked for ciphertext it lacked */
+	bool close_notify_wanted, close_notify_sent, peer_closed, established;
+	int io_error;                    /* the ciphertext pipes' error, for the failure it causes */
+	struct perch_read_result cin;    /* the ciphertext result OpenSSL reads from */
+	size_t cin_off;
+	struct perch__txbuf *tx;         /* the plaintext chain being encrypted */
+	struct perch__txbuf *tx_at;
+	size_t tx_off;
+	bool tx_encrypted;               /* all of tx is staged as records: done once they are flushed */
+	struct perch__txbuf *deferred;   /* a chain ended inside tls_ops.send, completed by a kick */
+	int deferred_result;
+	bool has_deferred;
+	size_t pause, resume;
+	unsigned handshake_ms;
+	struct perch_timer timer;
+	int path;
+	int error;
+	char reason[200];
+};
+
+/* ---- pipes/tls_ctx.c ---- */
+void perch__tls_ctx_ref(struct perch_tls_ctx *ctx);
+/* The client's cached session for `name`, with a reference for the caller (NULL if none). */
+SSL_SESSION *perch__tls_ctx_cached(struct perch_tls_ctx *ctx, const char *name);
+
+/* ---- pipes/tls_bio.c ---- */
+/* A BIO that reads the session's ciphertext reader and writes its writer. NULL on ENOMEM. */
+BIO *perch__tls_bio_new(struct perch_tls *s);
+
+/* ---- pipes/tls_session.c ---- */
+/* Runs the engine now (loop thread, not inside tls_ops.send) or posts a kick. Any thread. */
+void perch__tls_kick(struct perch_tls *s);
+/* Posts a kick, whatever the thread. */
+void perch__tls_kick_later(struct perch_tls *s);
+
+/* ---- pipes/tls_engine.c (loop thread) ---- */
+/* Runs the session's work until nothing is left to do now. */
+void perch__tls_run(struct perch_tls *s);
+/* Fails the session with `err`; `why` (or OpenSSL's queue) is the reason. */
+void perch__tls_fail(struct perch_tls *s, int err, const char *why);
+/* Ends a plaintext flush's chain: every held chain back to the core with `result`. */
+void perch__tls_drop_sends(struct perch_tls *s, int result);
+
+#endif /* PERCH_PIPES_TLS_INTERNAL_H */

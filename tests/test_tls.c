@@ -1,0 +1,645 @@
+/* tests/test_tls.c: the TLS layer between two sessions over in-memory pipes: handshake, bytes, ends, failures, backpressure. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <perch.h>
+#include <perch/tls.h>
+
+#include "both_backends.h"
+
+static int backend;
+static char certs[64];   /* the throwaway CA and certificates (tests/tls_certs.sh) */
+
+static const char *cert(const char *name)
+{
+	static char paths[8][128];
+	static int next;
+	char *p = paths[next++ % 8];
+	snprintf(p, 128, "%s/%s", certs, name);
+	return p;
+}
+
+/* A client and a server session over two in-memory pipes, on one loop the test thread turns. */
+struct pair {
+	struct perch_loop *loop;
+	struct perch_tls_ctx *cctx, *sctx;
+	struct perch_tls *client, *server;
+	struct perch_pipe_writer *to_server;   /* the client's ciphertext writer, when the test holds it */
+};
+
+static struct perch_tls_ctx *server_ctx(const char *leaf, const char *alpn)
+{
+	char crt[32], key[32], why[256];
+	snprintf(crt, sizeof(crt), "%s.pem", leaf);
+	snprintf(key, sizeof(key), "%s.key", leaf);
+	struct perch_tls_ctx_opts o = {.role = PERCH_TLS_SERVER, .cert_file = cert(crt),
+				       .key_file = cert(key), .alpn = alpn};
+	struct perch_tls_ctx *ctx = NULL;
+	int rc = perch_tls_ctx_new(&o, &ctx, why, sizeof(why));
+	if (rc)
+		fail_msg("server ctx: %d %s", rc, why);
+	return ctx;
+}
+
+static struct perch_tls_ctx *client_ctx(const char *ca, const char *alpn)
+{
+	char why[256];
+	struct perch_tls_ctx_opts o = {.role = PERCH_TLS_CLIENT, .ca_file = cert(ca), .alpn = alpn};
+	struct perch_tls_ctx *ctx = NULL;
+	int rc = perch_tls_ctx_new(&o, &ctx, why, sizeof(why));
+	if (rc)
+		fail_msg("client ctx: %d %s", rc, why);
+	return ctx;
+}
+
+static void pair_loop(struct pair *p)
+{
+	struct perch_loop_opts lo = {.backend = backend};
+	assert_int_equal(perch_loop_new(&lo, &p->loop), 0);
+}
+
+/* Two pipes crossing: what one session's ciphertext writer flushes, the other's reader reads. */
+static void cross(struct perch_pipe_reader **c_r, struct perch_pipe_writer **c_w,
+		  struct perch_pipe_reader **s_r, struct perch_pipe_writer **s_w)
+{
+	assert_int_equal(perch_pipe_new(NULL, s_r, c_w), 0);
+	assert_int_equal(perch_pipe_new(NULL, c_r, s_w), 0);
+}
+
+static void pair_start(struct pair *p, const char *name, unsigned server_ms)
+{
+	struct perch_pipe_reader *cr, *sr;
+	struct perch_pipe_writer *cw, *sw;
+	cross(&cr, &cw, &sr, &sw);
+	struct perch_tls_opts so = {.handshake_ms = server_ms};
+	struct perch_tls_opts co = {.server_name = name};
+	assert_int_equal(perch_tls_new(p->sctx, p->loop, sr, sw, &so, &p->server), 0);
+	assert_int_equal(perch_tls_new(p->cctx, p->loop, cr, cw, &co, &p->client), 0);
+}
+
+static struct pair *pair_new(const char *leaf, const char *ca, const char *name)
+{
+	struct pair *p = calloc(1, sizeof(*p));
+	pair_loop(p);
+	p->sctx = server_ctx(leaf, "http/1.1");
+	p->cctx = client_ctx(ca, "h2,http/1.1");
+	pair_start(p, name, 0);
+	return p;
+}
+
+static void pair_free(struct pair *p)
+{
+	perch_tls_free(p->client);
+	perch_tls_free(p->server);
+	perch_tls_ctx_free(p->cctx);
+	perch_tls_ctx_free(p->sctx);
+	for (int i = 0; i < 4; i++)
+		perch_loop_run_once(p->loop, 0);
+	perch_loop_free(p->loop);
+	free(p);
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Turns the loop until `done(arg)` or 5 s. */
+static bool turn_until(struct perch_loop *loop, bool (*done)(void *), void *arg)
+{
+	double end = now_ms() + 5000;
+	while (!done(arg)) {
+		if (now_ms() > end)
+			return false;
+		perch_loop_run_once(loop, 5);
+	}
+	return true;
+}
+
+static bool both_established(void *arg)
+{
+	struct pair *p = arg;
+	char cwhy[200], swhy[200];
+	int ce = perch_tls_error(p->client, cwhy, sizeof(cwhy));
+	int se = perch_tls_error(p->server, swhy, sizeof(swhy));
+	if (ce || se)
+		fail_msg("handshake failed: client %d %s, server %d %s", ce, cwhy, se, swhy);
+	return perch_tls_established(p->client) && perch_tls_established(p->server);
+}
+
+/* Reads what is there (up to cap bytes into buf), turning the loop: the bytes, or a final state. */
+struct got {
+	size_t len;
+	int error;
+	bool completed;
+};
+
+static struct got read_some(struct pair *p, struct perch_tls *t, uint8_t *buf, size_t cap)
+{
+	struct got g = {0};
+	double end = now_ms() + 5000;
+	for (;;) {
+		struct perch_read_result r;
+		int rc = perch_pipe_try_read(perch_tls_reader(t), &r);
+		if (rc == 0) {
+			size_t n = r.len < cap ? r.len : cap;
+			perch_segs_copy(&r, 0, buf, n);
+			assert_int_equal(perch_pipe_advance_to(perch_tls_reader(t), n, n), 0);
+			g.len = n;
+			g.error = n == r.len ? r.error : 0;
+			g.completed = n == r.len && r.completed;
+			if (n || g.error || g.completed)
+				return g;
+		} else {
+			assert_int_equal(rc, -EAGAIN);
+		}
+		if (now_ms() > end)
+			fail_msg("nothing to read in 5 s");
+		perch_loop_run_once(p->loop, 5);
+	}
+}
+
+/* Writes and flushes, turning the loop until the flush completed; returns its result. */
+static int write_flush(struct pair *p, struct perch_tls *t, const void *data, size_t len)
+{
+	struct perch_pipe_writer *w = perch_tls_writer(t);
+	int rc = perch_pipe_write(w, data, len);
+	if (rc)
+		return rc;
+	struct perch_vtask_handle h;
+	rc = perch_pipe_flush(w, &h);
+	double end = now_ms() + 5000;
+	while (rc == PERCH_PENDING && perch_vtask_status(h) == PERCH_PENDING && now_ms() < end)
+		perch_loop_run_once(p->loop, 5);
+	if (rc != PERCH_PENDING)
+		return rc;
+	int64_t result = -ETIMEDOUT;
+	perch_vtask_result(h, &result);
+	return (int)result;
+}
+
+static void assert_reads(struct pair *p, struct perch_tls *t, const char *want)
+{
+	uint8_t buf[256] = {0};
+	size_t have = 0, n = strlen(want);
+	while (have < n) {
+		struct got g = read_some(p, t, buf + have, n - have);
+		assert_int_equal(g.error, 0);
+		assert_false(g.completed && have + g.len < n);
+		have += g.len;
+	}
+	assert_memory_equal(buf, want, n);
+}
+
+/* ---- the tests ---- */
+
+static void a_handshake_agrees_alpn_and_carries_bytes_both_ways(void **state)
+{
+	struct pair *p = pair_new("server", "ca.pem", "localhost");
+	assert_true(turn_until(p->loop, both_established, p));
+	assert_string_equal(perch_tls_alpn(p->client), "http/1.1");
+	assert_string_equal(perch_tls_alpn(p->server), "http/1.1");
+	assert_string_equal(perch_tls_version(p->client), "TLSv1.3");
+	assert_non_null(perch_tls_cipher(p->server));
+	assert_int_equal(perch_tls_path(p->server), PERCH_TLS_PATH_USERSPACE);
+	assert_int_equal(write_flush(p, p->client, "ping", 4), 0);
+	assert_reads(p, p->server, "ping");
+	assert_int_equal(write_flush(p, p->server, "pong!", 5), 0);
+	assert_reads(p, p->client, "pong!");
+	char why[64];
+	assert_int_equal(perch_tls_error(p->client, why, sizeof(why)), 0);
+	pair_free(p);
+}
+
+static void bytes_written_before_the_handshake_leave_after_it(void **state)
+{
+	struct pair *p = pair_new("server", "ca.pem", "localhost");
+	assert_int_equal(perch_pipe_write(perch_tls_writer(p->client), "early", 5), 0);
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_pipe_flush(perch_tls_writer(p->client), &h), PERCH_PENDING);
+	assert_reads(p, p->server, "early");
+	assert_true(perch_tls_established(p->client));
+	pair_free(p);
+}
+
+static uint8_t pattern(size_t i)
+{
+	return (uint8_t)(i * 7 + (i >> 11));
+}
+
+/* The server echoes what it reads while the client sends 1 MiB in 64 KiB flushes. */
+static void a_mebibyte_each_way_arrives_whole_and_in_order(void **state)
+{
+	struct pair *p = pair_new("server", "ca.pem", "localhost");
+	enum { TOTAL = 1 << 20, CHUNK = 64 << 10 };
+	uint8_t *out = malloc(CHUNK), *in = malloc(CHUNK);
+	size_t sent = 0, echoed = 0, back = 0;
+	struct perch_vtask_handle cf = {0};
+	bool cf_pending = false;
+	double end = now_ms() + 20000;
+	while (back < TOTAL && now_ms() < end) {
+		if (!cf_pending && sent < TOTAL) {
+			for (size_t i = 0; i < CHUNK; i++)
+				out[i] = pattern(sent + i);
+			assert_int_equal(perch_pipe_write(perch_tls_writer(p->client), out, CHUNK), 0);
+			sent += CHUNK;
+			int rc = perch_pipe_flush(perch_tls_writer(p->client), &cf);
+			assert_true(rc == 0 || rc == PERCH_PENDING);
+			cf_pending = rc == PERCH_PENDING;
+		} else if (cf_pending && perch_vtask_status(cf) == 0) {
+			int64_t res;
+			perch_vtask_result(cf, &res);
+			assert_int_equal(res, 0);
+			cf_pending = false;
+		}
+		struct perch_read_result r;
+		if (perch_pipe_try_read(perch_tls_reader(p->server), &r) == 0 && r.len) {
+			struct perch_pipe_writer *sw = perch_tls_writer(p->server);
+			size_t n = r.len;
+			uint8_t *tmp = malloc(n);
+			perch_segs_copy(&r, 0, tmp, n);
+			perch_pipe_advance_to(perch_tls_reader(p->server), n, n);
+			assert_int_equal(write_flush(p, p->server, tmp, n), 0);
+			(void)sw;
+			free(tmp);
+			echoed += n;
+		}
+		if (perch_pipe_try_read(perch_tls_reader(p->client), &r) == 0 && r.len) {
+			size_t n = r.len < CHUNK ? r.len : CHUNK;
+			perch_segs_copy(&r, 0, in, n);
+			for (size_t i = 0; i < n; i++)
+				if (in[i] != pattern(back + i))
+					fail_msg("byte %zu differs", back + i);
+			perch_pipe_advance_to(perch_tls_reader(p->client), n, n);
+			back += n;
+		}
+		perch_loop_run_once(p->loop, 1);
+	}
+	assert_int_equal(echoed, TOTAL);
+	assert_int_equal(back, TOTAL);
+	free(out);
+	free(in);
+	pair_free(p);
+}
+
+static void close_notify_is_the_readers_clean_end(void **state)
+{
+	struct pair *p = pair_new("server", "ca.pem", "localhost");
+	assert_int_equal(write_flush(p, p->client, "bye", 3), 0);
+	assert_int_equal(perch_pipe_writer_complete(perch_tls_writer(p->client)), 0);
+	assert_reads(p, p->server, "bye");
+	uint8_t b[8];
+	struct got g = read_some(p, p->server, b, sizeof(b));
+	assert_int_equal(g.len, 0);
+	assert_true(g.completed);
+	assert_int_equal(g.error, 0);
+	pair_free(p);
+}
+
+/* Ciphertext pipes the test holds one end of, to play a peer that misbehaves. */
+struct raw_peer {
+	struct perch_pipe_writer *to_server;    /* what the server reads */
+	struct perch_pipe_reader *from_server;  /* what the server writes */
+};
+
+static struct pair *server_only(struct raw_peer *raw, unsigned handshake_ms)
+{
+	struct pair *p = calloc(1, sizeof(*p));
+	pair_loop(p);
+	p->sctx = server_ctx("server", "http/1.1");
+	struct perch_pipe_reader *sr;
+	struct perch_pipe_writer *sw;
+	cross(&raw->from_server, &raw->to_server, &sr, &sw);
+	struct perch_tls_opts so = {.handshake_ms = handshake_ms};
+	assert_int_equal(perch_tls_new(p->sctx, p->loop, sr, sw, &so, &p->server), 0);
+	return p;
+}
+
+static void raw_free(struct raw_peer *raw)
+{
+	perch_pipe_writer_free(raw->to_server);
+	perch_pipe_reader_free(raw->from_server);
+}
+
+static void expect_server_error(struct pair *p, int err, const char *reason)
+{
+	uint8_t b[8];
+	struct got g = read_some(p, p->server, b, sizeof(b));
+	assert_int_equal(g.len, 0);
+	assert_int_equal(g.error, err);
+	char why[200];
+	assert_int_equal(perch_tls_error(p->server, why, sizeof(why)), err);
+	if (!strstr(why, reason))
+		fail_msg("reason \"%s\" lacks \"%s\"", why, reason);
+}
+
+static void plaintext_http_to_the_server_fails_at_once_saying_so(void **state)
+{
+	struct raw_peer raw;
+	struct pair *p = server_only(&raw, 0);
+	const char req[] = "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n";
+	assert_int_equal(perch_pipe_write(raw.to_server, req, sizeof(req) - 1), 0);
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_pipe_flush(raw.to_server, &h), 0);
+	expect_server_error(p, -EPROTO, "http request");
+	raw_free(&raw);
+	pair_free(p);
+}
+
+static void a_garbage_client_hello_fails_the_handshake(void **state)
+{
+	struct raw_peer raw;
+	struct pair *p = server_only(&raw, 0);
+	uint8_t junk[64] = {0x16, 0x03, 0x01, 0x00, 0x3b, 0x01, 0x00, 0x00, 0x37, 0x03, 0x03};
+	for (size_t i = 11; i < sizeof(junk); i++)
+		junk[i] = (uint8_t)(i * 37);
+	assert_int_equal(perch_pipe_write(raw.to_server, junk, sizeof(junk)), 0);
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_pipe_flush(raw.to_server, &h), 0);
+	uint8_t b[8];
+	struct got g = read_some(p, p->server, b, sizeof(b));
+	assert_int_equal(g.error, -EPROTO);
+	raw_free(&raw);
+	pair_free(p);
+}
+
+static void a_handshake_cut_short_is_truncation(void **state)
+{
+	struct raw_peer raw;
+	struct pair *p = server_only(&raw, 0);
+	const uint8_t half[] = {0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00};
+	assert_int_equal(perch_pipe_write(raw.to_server, half, sizeof(half)), 0);
+	assert_int_equal(perch_pipe_writer_complete(raw.to_server), 0);
+	expect_server_error(p, PERCH_TLS_TRUNCATED, "without close_notify");
+	raw_free(&raw);
+	pair_free(p);
+}
+
+static void a_silent_client_times_the_handshake_out(void **state)
+{
+	struct raw_peer raw;
+	struct pair *p = server_only(&raw, 100);
+	double t0 = now_ms();
+	expect_server_error(p, -ETIMEDOUT, "100 ms");
+	assert_true(now_ms() - t0 >= 90);
+	raw_free(&raw);
+	pair_free(p);
+}
+
+/* The client's end of the stream with no close_notify: its ciphertext writer completes. */
+static void an_established_stream_ended_without_close_notify_is_truncation(void **state)
+{
+	struct pair *p = calloc(1, sizeof(*p));
+	pair_loop(p);
+	p->sctx = server_ctx("server", NULL);
+	p->cctx = client_ctx("ca.pem", NULL);
+	struct perch_pipe_reader *cr, *sr;
+	struct perch_pipe_writer *cw, *sw;
+	cross(&cr, &cw, &sr, &sw);
+	struct perch_tls_opts co = {.server_name = "localhost"};
+	assert_int_equal(perch_tls_new(p->sctx, p->loop, sr, sw, NULL, &p->server), 0);
+	assert_int_equal(perch_tls_new(p->cctx, p->loop, cr, cw, &co, &p->client), 0);
+	assert_int_equal(write_flush(p, p->client, "half", 4), 0);
+	assert_reads(p, p->server, "half");
+	perch_pipe_writer_complete(cw);   /* the client's ciphertext ends: no close_notify */
+	expect_server_error(p, PERCH_TLS_TRUNCATED, "without close_notify");
+	pair_free(p);
+}
+
+static void expect_client_verify_failure(struct pair *p, const char *reason)
+{
+	uint8_t b[8];
+	struct got g = read_some(p, p->client, b, sizeof(b));
+	assert_int_equal(g.error, -EPROTO);
+	char why[200];
+	perch_tls_error(p->client, why, sizeof(why));
+	if (!strstr(why, reason))
+		fail_msg("reason \"%s\" lacks \"%s\"", why, reason);
+	assert_false(perch_tls_established(p->client));
+	/* The server hears of it too: the client's alert. */
+	g = read_some(p, p->server, b, sizeof(b));
+	assert_int_equal(g.error, -EPROTO);
+}
+
+static void a_client_trusting_another_ca_refuses_the_server(void **state)
+{
+	struct pair *p = pair_new("server", "other-ca.pem", "localhost");
+	expect_client_verify_failure(p, "unable to get local issuer certificate");
+	pair_free(p);
+}
+
+static void a_client_refuses_an_expired_certificate(void **state)
+{
+	struct pair *p = pair_new("expired", "ca.pem", "localhost");
+	expect_client_verify_failure(p, "certificate has expired");
+	pair_free(p);
+}
+
+static void a_client_refuses_a_certificate_for_another_name(void **state)
+{
+	struct pair *p = pair_new("server", "ca.pem", "example.org");
+	expect_client_verify_failure(p, "hostname mismatch");
+	pair_free(p);
+}
+
+static void a_second_session_resumes_with_the_first_ones_ticket(void **state)
+{
+	struct pair *p = pair_new("server", "ca.pem", "localhost");
+	assert_true(turn_until(p->loop, both_established, p));
+	/* TLS 1.3 tickets come after the handshake: a round trip makes sure they arrived. */
+	assert_int_equal(write_flush(p, p->server, "t", 1), 0);
+	assert_reads(p, p->client, "t");
+	assert_false(perch_tls_resumed(p->client));
+	perch_tls_free(p->client);
+	perch_tls_free(p->server);
+	pair_start(p, "localhost", 0);
+	assert_true(turn_until(p->loop, both_established, p));
+	assert_true(perch_tls_resumed(p->client));
+	assert_true(perch_tls_resumed(p->server));
+	pair_free(p);
+}
+
+static int choose_other(void *arg, const char *name, struct perch_tls_ctx **use)
+{
+	if (strcmp(name, "client.test") != 0)
+		return -ENOENT;
+	*use = arg;
+	return 0;
+}
+
+/* The "client" certificate names client.test: the client's check passes only if SNI chose it. */
+static void a_server_picks_its_context_by_the_name_asked_for(void **state)
+{
+	struct pair *p = calloc(1, sizeof(*p));
+	pair_loop(p);
+	struct perch_tls_ctx *other = server_ctx("client", NULL);
+	char why[200];
+	struct perch_tls_ctx_opts so = {.role = PERCH_TLS_SERVER, .cert_file = cert("server.pem"),
+					.key_file = cert("server.key"), .sni = choose_other,
+					.sni_arg = other};
+	assert_int_equal(perch_tls_ctx_new(&so, &p->sctx, why, sizeof(why)), 0);
+	p->cctx = client_ctx("ca.pem", NULL);
+	pair_start(p, "client.test", 0);
+	assert_true(turn_until(p->loop, both_established, p));
+	perch_tls_ctx_free(other);   /* the server session keeps its own reference */
+	assert_int_equal(write_flush(p, p->client, "sni", 3), 0);
+	assert_reads(p, p->server, "sni");
+	pair_free(p);
+}
+
+/* A server that never reads: the client's flushes wait, and the decrypted bytes stay near the pause. */
+static void a_reader_that_never_reads_holds_the_writer_back(void **state)
+{
+	struct pair *p = pair_new("server", "ca.pem", "localhost");
+	assert_true(turn_until(p->loop, both_established, p));
+	static uint8_t chunk[64 << 10];
+	size_t sent = 0;
+	struct perch_vtask_handle h;
+	int rc = 0;
+	while (sent < (16u << 20)) {
+		assert_int_equal(perch_pipe_write(perch_tls_writer(p->client), chunk, sizeof(chunk)), 0);
+		sent += sizeof(chunk);
+		rc = perch_pipe_flush(perch_tls_writer(p->client), &h);
+		for (int i = 0; rc == PERCH_PENDING && perch_vtask_status(h) == PERCH_PENDING && i < 50; i++)
+			perch_loop_run_once(p->loop, 1);
+		if (rc == PERCH_PENDING && perch_vtask_status(h) == PERCH_PENDING)
+			break;
+	}
+	assert_int_equal(rc, PERCH_PENDING);
+	assert_int_equal(perch_vtask_status(h), PERCH_PENDING);
+	/* Held: the server's decrypted bytes (64 KiB pause), its ciphertext pipe (64 KiB), the client's staging. */
+	assert_true(sent < (2u << 20));
+	struct perch_read_result r;
+	assert_int_equal(perch_pipe_try_read(perch_tls_reader(p->server), &r), 0);
+	assert_true(r.len >= (64u << 10) && r.len < (64u << 10) + 16384);
+	/* Reading all of it lets every flush through. */
+	size_t got = 0;
+	double end = now_ms() + 10000;
+	while (got < sent && now_ms() < end) {
+		if (perch_pipe_try_read(perch_tls_reader(p->server), &r) == 0) {
+			perch_pipe_advance_to(perch_tls_reader(p->server), r.len, r.len);
+			got += r.len;
+		}
+		perch_loop_run_once(p->loop, 1);
+	}
+	assert_int_equal(got, sent);
+	assert_int_equal(perch_vtask_status(h), 0);
+	pair_free(p);
+}
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	char *buf = calloc(1, 16384);
+	size_t n = fread(buf, 1, 16383, f);
+	fclose(f);
+	assert_true(n > 0);
+	return buf;
+}
+
+static void a_server_context_from_pem_in_memory_serves_a_handshake(void **state)
+{
+	struct pair *p = calloc(1, sizeof(*p));
+	pair_loop(p);
+	char *crt = slurp(cert("server.pem")), *key = slurp(cert("server.key")), why[200];
+	struct perch_tls_ctx_opts so = {.role = PERCH_TLS_SERVER, .cert_pem = crt, .key_pem = key};
+	assert_int_equal(perch_tls_ctx_new(&so, &p->sctx, why, sizeof(why)), 0);
+	so.key_pem = "-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n";
+	struct perch_tls_ctx *bad = NULL;
+	assert_int_equal(perch_tls_ctx_new(&so, &bad, why, sizeof(why)), -EINVAL);
+	assert_non_null(strstr(why, "key_pem"));
+	free(crt);
+	free(key);
+	p->cctx = client_ctx("ca.pem", NULL);
+	pair_start(p, "localhost", 0);
+	assert_true(turn_until(p->loop, both_established, p));
+	pair_free(p);
+}
+
+static void bad_contexts_are_refused_saying_why(void **state)
+{
+	struct perch_tls_ctx *ctx = NULL;
+	char why[200];
+	assert_int_equal(perch_tls_ctx_new(NULL, &ctx, why, sizeof(why)), -EINVAL);
+	struct perch_tls_ctx_opts o = {.role = 7};
+	assert_int_equal(perch_tls_ctx_new(&o, &ctx, why, sizeof(why)), -EINVAL);
+	assert_non_null(strstr(why, "role"));
+	o = (struct perch_tls_ctx_opts){.role = PERCH_TLS_SERVER};
+	assert_int_equal(perch_tls_ctx_new(&o, &ctx, why, sizeof(why)), -EINVAL);
+	assert_non_null(strstr(why, "needs cert_file"));
+	o.cert_file = "/nonexistent/cert.pem";
+	o.key_file = cert("server.key");
+	assert_int_equal(perch_tls_ctx_new(&o, &ctx, why, sizeof(why)), -ENOENT);
+	assert_non_null(strstr(why, "/nonexistent/cert.pem"));
+	o.cert_file = cert("server.pem");
+	o.key_file = cert("client.key");
+	assert_int_equal(perch_tls_ctx_new(&o, &ctx, why, sizeof(why)), -EINVAL);
+	assert_non_null(strstr(why, "mismatch"));
+	o.key_file = cert("server.key");
+	o.alpn = "h2,,http/1.1";
+	assert_int_equal(perch_tls_ctx_new(&o, &ctx, why, sizeof(why)), -EINVAL);
+	assert_non_null(strstr(why, "alpn"));
+	o.alpn = NULL;
+	o.cert_file = cert("ca.key");   /* a key where a certificate goes */
+	assert_int_equal(perch_tls_ctx_new(&o, &ctx, why, sizeof(why)), -EINVAL);
+	assert_null(ctx);
+	/* A session refuses NULLs and frees what it was given. */
+	struct perch_tls *t;
+	assert_int_equal(perch_tls_new(NULL, NULL, NULL, NULL, NULL, &t), -EINVAL);
+}
+
+static void make_certs(void)
+{
+	snprintf(certs, sizeof(certs), "/tmp/perch-tls-XXXXXX");
+	if (!mkdtemp(certs))
+		abort();
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "sh %s %s", TLS_CERTS_SCRIPT, certs);
+	if (system(cmd) != 0) {
+		fprintf(stderr, "test_tls: %s failed\n", cmd);
+		exit(1);
+	}
+}
+
+static void remove_certs(void)
+{
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", certs);
+	if (system(cmd) != 0)
+		fprintf(stderr, "test_tls: could not remove %s\n", certs);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(a_handshake_agrees_alpn_and_carries_bytes_both_ways),
+		cmocka_unit_test(bytes_written_before_the_handshake_leave_after_it),
+		cmocka_unit_test(a_mebibyte_each_way_arrives_whole_and_in_order),
+		cmocka_unit_test(close_notify_is_the_readers_clean_end),
+		cmocka_unit_test(plaintext_http_to_the_server_fails_at_once_saying_so),
+		cmocka_unit_test(a_garbage_client_hello_fails_the_handshake),
+		cmocka_unit_test(a_handshake_cut_short_is_truncation),
+		cmocka_unit_test(a_silent_client_times_the_handshake_out),
+		cmocka_unit_test(an_established_stream_ended_without_close_notify_is_truncation),
+		cmocka_unit_test(a_client_trusting_another_ca_refuses_the_server),
+		cmocka_unit_test(a_client_refuses_an_expired_certificate),
+		cmocka_unit_test(a_client_refuses_a_certificate_for_another_name),
+		cmocka_unit_test(a_second_session_resumes_with_the_first_ones_ticket),
+		cmocka_unit_test(a_server_picks_its_context_by_the_name_asked_for),
+		cmocka_unit_test(a_reader_that_never_reads_holds_the_writer_back),
+		cmocka_unit_test(a_server_context_from_pem_in_memory_serves_a_handshake),
+		cmocka_unit_test(bad_contexts_are_refused_saying_why),
+	};
+	make_certs();
+	int failed = RUN_ON_BOTH_BACKENDS("tls", tests, backend);
+	remove_certs();
+	return failed;
+}
