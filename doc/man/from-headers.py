@@ -14,7 +14,7 @@ import os
 import re
 import sys
 
-HEADERS = ["vtask", "conn", "loop", "sock", "pipe", "segs", "timer", "server"]
+HEADERS = ["vtask", "conn", "loop", "sock", "pipe", "segs", "timer", "server", "tls"]
 
 
 def roff_text(line):
