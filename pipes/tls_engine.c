@@ -150,8 +150,12 @@ static void handshake(struct perch_tls *s)
 {
 	if (!s->timer_started) {
 		s->timer_started = true;
-		perch_timer_start(&s->timer, s->handshake_ms);
+		int rc = perch_timer_start(&s->timer, s->handshake_ms);
+		if (rc != 0)
+			perch__tls_fail(s, rc, "the handshake's deadline could not be set");
 	}
+	if (s->state != TLS_HANDSHAKE)
+		return;
 	s->want_input = false;
 	ERR_clear_error();
 	int r = SSL_do_handshake(s->ssl);
