@@ -16,6 +16,14 @@
  * completed.
  */
 
+/* An empty result (a cancel's) is advanced past at once, so that the engine parks the next read. */
+static int cin_skip(struct perch_tls *s)
+{
+	perch_pipe_advance_to(s->cr, 0, 0);
+	s->cin_have = false;
+	return -EAGAIN;
+}
+
 /* Takes the next ciphertext result, if one is there now. 0, -EAGAIN, or an end (eof, error). */
 static int next_result(struct perch_tls *s)
 {
@@ -37,7 +45,7 @@ static int next_result(struct perch_tls *s)
 	else if (s->cin.completed)
 		s->cin_eof = true;
 	else
-		return -EAGAIN;   /* canceled: nothing new */
+		return cin_skip(s);   /* canceled: nothing new */
 	return -EPIPE;
 }
 

@@ -285,7 +285,9 @@ static void flush_cipher(struct perch_tls *s)
 /* A plaintext flush is done once its records are all flushed. */
 static void finish_send(struct perch_tls *s)
 {
-	if (s->tx_encrypted && !s->cout_flushing && perch_pipe_writer_staged(s->cw) == 0)
+	/* A failed session's records may not have left: report_failure ends the chain instead. */
+	if (s->tx_encrypted && !s->cout_flushing && perch_pipe_writer_staged(s->cw) == 0 &&
+	    s->state != TLS_FAILED && !s->io_error)
 		send_done(s, 0);
 }
 
@@ -315,8 +317,12 @@ static void park_cipher_read(struct perch_tls *s)
 /* Tells the plaintext side about a failure once, outside tls_ops.send. */
 static void report_failure(struct perch_tls *s)
 {
-	if (!s->fail_unreported || s->in_send)
+	if (!s->fail_unreported)
 		return;
+	if (s->in_send) {
+		perch__tls_kick_later(s);   /* told outside the caller's flush */
+		return;
+	}
 	s->fail_unreported = false;
 	perch__conn_failed(s->plain, s->error);
 	if (!s->freed)

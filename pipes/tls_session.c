@@ -18,14 +18,20 @@
 static void kick_run(struct perch_loop *loop, struct perch__msg *m)
 {
 	struct perch_tls *s = perch__container_of(m, struct perch_tls, kick_msg);
+	/* Taken down before the engine looks at what was handed over: a hand-over after it posts again. */
 	perch__xchg_u32(&s->kick_posted, 0);
+	perch__fence_rmw_then_load();
 	if (!s->freed)
 		perch__tls_run(s);
+	else
+		perch__tls_drop_sends(s, -EPIPE);   /* a chain ended inside tls_ops.send before the free */
 	perch__conn_unref(s->plain);
 }
 
 void perch__tls_kick_later(struct perch_tls *s)
 {
+	/* After the caller's hand-over (a read-modify-write), before the look: pairs with kick_run's. */
+	perch__fence_rmw_then_load();
 	if (perch__load_u32(&s->kick_posted) || perch__xchg_u32(&s->kick_posted, 1))
 		return;
 	perch__conn_ref(s->plain);   /* the posted kick keeps the session */
@@ -51,12 +57,13 @@ void perch__tls_kick(struct perch_tls *s)
 static void tls_send(struct perch_conn *c, struct perch__txbuf *chain)
 {
 	struct perch_tls *s = c->transport;
-	perch__store_ptr((void **)&s->tx_in, chain);
-	if (!perch__loop_is_current(s->loop) || s->running) {
-		if (s->running)
-			s->again = true;
-		else
-			perch__tls_kick_later(s);
+	perch__xchg_ptr((void **)&s->tx_in, chain);
+	if (!perch__loop_is_current(s->loop)) {
+		perch__tls_kick_later(s);   /* running, again: the loop thread's own */
+		return;
+	}
+	if (s->running) {
+		s->again = true;
 		return;
 	}
 	s->in_send = true;
@@ -159,6 +166,7 @@ static int make_plain(struct perch_tls *s)
 /* Undoes what a failed perch_tls_new made (no kick was posted, the engine never ran). */
 static void unmake(struct perch_tls *s)
 {
+	s->freed = true;   /* the plaintext writer's end asks for a kick, which must not run */
 	perch_pipe_reader_free(s->pr);
 	perch_pipe_writer_free(s->pw);
 	perch_pipe_reader_free(s->cr);
