@@ -11,5 +11,6 @@
 #include <perch/segs.h>
 #include <perch/timer.h>
 #include <perch/server.h>
+#include <perch/tls.h>
 
 #endif /* PERCH_H */

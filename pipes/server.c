@@ -192,6 +192,7 @@ static void server_free(struct perch_server *srv)
 		perch_loop_free(srv->wk[i].loop); /* never ran: any thread may free it, its listener with it */
 	pthread_mutex_destroy(&srv->mu);
 	pthread_cond_destroy(&srv->stop_cond);
+	perch_tls_ctx_free(srv->opts.tls);
 	free(srv);
 }
 
@@ -217,13 +218,27 @@ static struct perch_server *server_new(const struct perch_server_opts *o)
 		free(srv);
 		return NULL;
 	}
+	if (o->tls)
+		perch__tls_ctx_ref(o->tls);
 	return srv;
+}
+
+/* A TLS context must be a server's, and TLS built in. */
+static int tls_usable(const struct perch_tls_ctx *ctx)
+{
+	if (!ctx)
+		return 0;
+	int role = perch__tls_ctx_role(ctx);
+	return role < 0 ? role : role == PERCH_TLS_SERVER ? 0 : -EINVAL;
 }
 
 int perch_server_start(const struct perch_server_opts *opts, struct perch_server **out)
 {
 	if (!opts || !out || !opts_valid(opts))
 		return -EINVAL;
+	int tls = tls_usable(opts->tls);
+	if (tls != 0)
+		return tls;
 	int rc = opts->unix_name ? 0 : port_is_free(opts->host ? opts->host : "127.0.0.1", opts->port);
 	if (rc != 0)
 		return rc;

@@ -9,6 +9,7 @@
 #include <perch/server.h>
 #include <perch/sock.h>
 #include <perch/timer.h>
+#include <perch/tls.h>
 
 /* One loop, its thread and listener. Fields past `th` are touched on the loop's thread only. */
 struct perch__server_worker {
@@ -48,6 +49,7 @@ struct perch_session {
 	struct perch_conn *c;
 	struct perch_pipe_reader *r;
 	struct perch_pipe_writer *w;
+	struct perch_tls *tls;         /* the TLS session r and w are the plaintext ends of, or NULL */
 	struct perch_timer idle;
 	bool ending;                   /* perch_session_end began */
 	bool held;                     /* the server holds it across a callback: it frees it after */
@@ -63,6 +65,11 @@ void perch__session_stop_all(struct perch__server_worker *wk);
 
 /* Cuts every open session of wk with a reset, ending what its close does not. Loop thread. */
 void perch__session_abort_all(struct perch__server_worker *wk);
+
+/* A context's role (PERCH_TLS_SERVER, PERCH_TLS_CLIENT), -EOPNOTSUPP without TLS (pipes/tls_ctx.c). */
+int perch__tls_ctx_role(const struct perch_tls_ctx *ctx);
+/* Takes a reference on a context (pipes/tls_ctx.c). */
+void perch__tls_ctx_ref(struct perch_tls_ctx *ctx);
 
 /* A session of wk ended: stops the loop once the last one ends during a stop. Loop thread. */
 void perch__server_session_ended(struct perch__server_worker *wk);

@@ -46,8 +46,12 @@ static void session_close(struct perch_session *s, enum perch_session_end_how ho
 		perch_conn_abort(s->c);
 	else if (how == PERCH_SESSION_CLOSE)
 		perch_conn_close(s->c);
-	perch_pipe_reader_free(s->r);
-	perch_pipe_writer_free(s->w);
+	if (s->tls) {
+		perch_tls_free(s->tls);   /* the plaintext ends, and the connection's reader and writer */
+	} else {
+		perch_pipe_reader_free(s->r);
+		perch_pipe_writer_free(s->w);
+	}
 	/* A linger that starts takes the reference over. */
 	bool lingers = how == PERCH_SESSION_LINGER && perch_conn_close_lingering(s->c, NULL) == 0;
 	if (!lingers)
@@ -110,19 +114,32 @@ int perch_session_touch(struct perch_session *s)
 	return 0;
 }
 
+/* The session's reader and writer: the connection's, or a TLS session's plaintext ends over them. */
+static int session_pipes(struct perch_session *s, struct perch_conn *c, struct perch_tls_ctx *tls)
+{
+	int rc = perch_pipe_reader_new(c, &s->r);
+	if (rc == 0 && (rc = perch_pipe_writer_new(c, &s->w)) != 0)
+		perch_pipe_reader_free(s->r);
+	if (rc != 0 || !tls)
+		return rc;
+	rc = perch_tls_new(tls, s->wk->loop, s->r, s->w, NULL, &s->tls);   /* takes them */
+	s->r = rc == 0 ? perch_tls_reader(s->tls) : NULL;
+	s->w = rc == 0 ? perch_tls_writer(s->tls) : NULL;
+	return rc;
+}
+
 void perch__session_accept(struct perch_listener *l, struct perch_conn *c, void *arg)
 {
 	struct perch__server_worker *wk = arg;
 	const struct perch_server_opts *o = &wk->srv->opts;
 	struct perch_session *s = wk->stopping ? NULL : calloc(1, sizeof(*s) + o->state_size);
-	if (!s || perch_pipe_reader_new(c, &s->r) != 0 || perch_pipe_writer_new(c, &s->w) != 0) {
-		if (s)
-			perch_pipe_reader_free(s->r);
+	if (s)
+		s->wk = wk;
+	if (!s || session_pipes(s, c, o->tls) != 0) {
 		free(s);
 		perch_conn_release(c); /* out of memory (or stopping): refuse this one, keep the others */
 		return;
 	}
-	s->wk = wk;
 	s->c = c;
 	perch_timer_init(&s->idle, wk->loop, session_idle, s);
 	session_link(s);

@@ -37,6 +37,11 @@ void perch__tls_ctx_ref(struct perch_tls_ctx *ctx)
 	perch__faa_u32(&ctx->refs, 1);
 }
 
+int perch__tls_ctx_role(const struct perch_tls_ctx *ctx)
+{
+	return ctx->role;
+}
+
 void perch_tls_ctx_free(struct perch_tls_ctx *ctx)
 {
 	if (!ctx || perch__faa_u32(&ctx->refs, (uint32_t)-1) != 1)

@@ -564,6 +564,140 @@ static void a_server_context_from_pem_in_memory_serves_a_handshake(void **state)
 	pair_free(p);
 }
 
+/* ---- over TCP: perch's server scaffold with a TLS context, a perch client session ---- */
+
+struct echo {
+	struct perch_session *s;
+	struct perch_pipe_reader *r;
+	struct perch_pipe_writer *w;
+};
+
+static void echo_run(struct echo *e);
+
+static void echo_next(void *arg, int64_t result)
+{
+	struct echo *e = arg;
+	if (result < 0)
+		perch_session_end(e->s, PERCH_SESSION_CLOSE);
+	else
+		echo_run(e);
+}
+
+/* Writes back what it reads, one flush a read; ends with the stream. */
+static void echo_run(struct echo *e)
+{
+	for (;;) {
+		struct perch_read_result r;
+		int rc = perch_pipe_read_or_wait(e->r, &r, echo_next, e);
+		if (rc == PERCH_PENDING)
+			return;
+		if (rc == 0 && r.len) {
+			uint8_t *copy = malloc(r.len);
+			perch_segs_copy(&r, 0, copy, r.len);
+			rc = perch_pipe_write(e->w, copy, r.len);
+			free(copy);
+		}
+		if (rc == 0)
+			rc = perch_pipe_advance_to(e->r, r.len, r.len);
+		if (rc != 0 || r.completed || r.error || r.closed) {
+			perch_session_end(e->s, PERCH_SESSION_CLOSE);
+			return;
+		}
+		rc = perch_pipe_flush_or_wait(e->w, echo_next, e);
+		if (rc == PERCH_PENDING)
+			return;
+		if (rc < 0) {
+			perch_session_end(e->s, PERCH_SESSION_CLOSE);
+			return;
+		}
+	}
+}
+
+static void echo_start(struct perch_session *s, struct perch_pipe_reader *r,
+		       struct perch_pipe_writer *w, void *app)
+{
+	struct echo *e = perch_session_state(s);
+	*e = (struct echo){.s = s, .r = r, .w = w};
+	echo_run(e);
+}
+
+static void connected(struct perch_loop *loop, struct perch_conn *c, int err, void *arg)
+{
+	struct perch_conn **out = arg;
+	assert_int_equal(err, 0);
+	*out = c;
+}
+
+static bool conn_there(void *arg)
+{
+	return *(struct perch_conn **)arg != NULL;
+}
+
+static void a_tls_server_echoes_a_perch_client_over_tcp(void **state)
+{
+	struct perch_tls_ctx *sctx = server_ctx("server", "http/1.1");
+	struct perch_server_opts so = {.start = echo_start, .state_size = sizeof(struct echo),
+				       .tls = sctx, .loop = {.backend = backend}};
+	struct perch_server *srv;
+	assert_int_equal(perch_server_start(&so, &srv), 0);
+	perch_tls_ctx_free(sctx);   /* the server keeps its own reference */
+	struct pair *p = calloc(1, sizeof(*p));
+	pair_loop(p);
+	p->cctx = client_ctx("ca.pem", "http/1.1");
+	struct perch_conn *c = NULL;
+	assert_int_equal(perch_connect(p->loop, "127.0.0.1", perch_server_port(srv), NULL, connected, &c), 0);
+	assert_true(turn_until(p->loop, conn_there, &c));
+	struct perch_pipe_reader *cr;
+	struct perch_pipe_writer *cw;
+	assert_int_equal(perch_pipe_reader_new(c, &cr), 0);
+	assert_int_equal(perch_pipe_writer_new(c, &cw), 0);
+	struct perch_tls_opts co = {.server_name = "localhost"};
+	assert_int_equal(perch_tls_new(p->cctx, p->loop, cr, cw, &co, &p->client), 0);
+	assert_int_equal(write_flush(p, p->client, "over tcp", 8), 0);
+	assert_reads(p, p->client, "over tcp");
+	assert_string_equal(perch_tls_alpn(p->client), "http/1.1");
+	/* 4 MiB through it, in one flush. */
+	enum { BIG = 4 << 20 };
+	uint8_t *big = malloc(BIG), *back = malloc(BIG);
+	for (size_t i = 0; i < BIG; i++)
+		big[i] = pattern(i);
+	assert_int_equal(perch_pipe_write(perch_tls_writer(p->client), big, BIG), 0);
+	struct perch_vtask_handle h;
+	int rc = perch_pipe_flush(perch_tls_writer(p->client), &h);
+	size_t got = 0;
+	double end = now_ms() + 20000;
+	while (got < BIG && now_ms() < end) {
+		struct perch_read_result r;
+		if (perch_pipe_try_read(perch_tls_reader(p->client), &r) == 0) {
+			size_t n = r.len < BIG - got ? r.len : BIG - got;
+			perch_segs_copy(&r, 0, back + got, n);
+			perch_pipe_advance_to(perch_tls_reader(p->client), n, n);
+			got += n;
+		}
+		perch_loop_run_once(p->loop, 1);
+	}
+	assert_int_equal(got, BIG);
+	assert_memory_equal(big, back, BIG);
+	assert_true(rc == 0 || perch_vtask_status(h) == 0);
+	free(big);
+	free(back);
+	perch_tls_free(p->client);
+	p->client = NULL;
+	perch_conn_release(c);
+	pair_free(p);
+	assert_int_equal(perch_server_stop(srv, 1000, NULL), 0);
+}
+
+static void a_server_refuses_a_client_context_and_keeps_nothing(void **state)
+{
+	struct perch_tls_ctx *cctx = client_ctx("ca.pem", NULL);
+	struct perch_server_opts so = {.start = echo_start, .tls = cctx};
+	struct perch_server *srv = NULL;
+	assert_int_equal(perch_server_start(&so, &srv), -EINVAL);
+	assert_null(srv);
+	perch_tls_ctx_free(cctx);
+}
+
 static void bad_contexts_are_refused_saying_why(void **state)
 {
 	struct perch_tls_ctx *ctx = NULL;
@@ -636,6 +770,8 @@ int main(void)
 		cmocka_unit_test(a_server_picks_its_context_by_the_name_asked_for),
 		cmocka_unit_test(a_reader_that_never_reads_holds_the_writer_back),
 		cmocka_unit_test(a_server_context_from_pem_in_memory_serves_a_handshake),
+		cmocka_unit_test(a_tls_server_echoes_a_perch_client_over_tcp),
+		cmocka_unit_test(a_server_refuses_a_client_context_and_keeps_nothing),
 		cmocka_unit_test(bad_contexts_are_refused_saying_why),
 	};
 	make_certs();

@@ -17,6 +17,7 @@ extern "C" {
 #endif
 
 struct perch_server;
+struct perch_tls_ctx;
 
 /*
  * One accepted connection with its pipe reader and writer, and the
@@ -88,6 +89,14 @@ struct perch_server_opts {
 	 */
 	perch_session_fn fini;
 	void *app;                     /* handed to every callback */
+	/*
+	 * Optional: a server context (perch/tls.h): every accepted connection
+	 * speaks TLS, and the session's reader and writer (start's r and w)
+	 * are its plaintext ends. The server keeps its own reference until it
+	 * is stopped. -EINVAL for a client's context; -EOPNOTSUPP from a perch
+	 * built without TLS.
+	 */
+	struct perch_tls_ctx *tls;
 };
 
 /*

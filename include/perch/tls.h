@@ -23,7 +23,9 @@ extern "C" {
  * ciphertext writer's staging buffers (a BIO over the pipes, no memory
  * BIO). The session's own work (handshake, decrypt, encrypt) runs on its
  * loop's thread; the plaintext ends may be used from any thread, as any
- * pipe's. Built in when configure finds OpenSSL 3 (doc/tls.md).
+ * pipe's. Built in when configure finds OpenSSL 3 (doc/tls.md); in a
+ * perch built without it, perch_tls_ctx_new and perch_tls_new return
+ * -EOPNOTSUPP and say so.
  */
 struct perch_tls_ctx;
 struct perch_tls;
