@@ -152,6 +152,26 @@ void serve_opts_default(struct serve_opts *o)
 				  .stop_deadline_ms = SERVE_STOP_DEADLINE_MS };
 }
 
+/* The server's TLS context when a certificate is given (NULL otherwise); says why it cannot be made. */
+static int serve_tls_ctx(const struct serve_opts *o, const struct serve_proto *proto,
+			 struct perch_tls_ctx **out)
+{
+	*out = NULL;
+	if (!o->tls_cert && !o->tls_key)
+		return 0;
+	if (!o->tls_cert || !o->tls_key) {
+		fprintf(stderr, "tls: a certificate needs its key: give --tls-cert and --tls-key\n");
+		return -EINVAL;
+	}
+	struct perch_tls_ctx_opts to = { .role = PERCH_TLS_SERVER, .cert_file = o->tls_cert,
+					 .key_file = o->tls_key, .alpn = proto->alpn };
+	char why[256];
+	int rc = perch_tls_ctx_new(&to, out, why, sizeof(why));
+	if (rc != 0)
+		fprintf(stderr, "tls: %s\n", why);
+	return rc;
+}
+
 int serve_start(const struct serve_opts *o, const struct serve_proto *proto, void *app,
 		struct serve **out)
 {
@@ -181,7 +201,10 @@ int serve_start(const struct serve_opts *o, const struct serve_proto *proto, voi
 		so.fini = pump_fini;
 		so.app = srv;
 	}
-	int rc = perch_server_start(&so, &srv->ps);
+	int rc = serve_tls_ctx(o, proto, &so.tls);
+	if (rc == 0)
+		rc = perch_server_start(&so, &srv->ps);
+	perch_tls_ctx_free(so.tls); /* the server keeps its own reference */
 	if (rc != 0) {
 		free(srv);
 		return rc;
@@ -224,7 +247,7 @@ static void usage(const char *prog)
 		"usage: %s [--listen tcp:HOST:PORT|unix:PATH | --port P] [--host ADDR] [--threads N]\n"
 		"       [--backend uring|io_uring|epoll] [--recv multishot|singleshot] [--idle-timeout MS]\n"
 		"       [--nagle] [--zerocopy-min BYTES|off] [--stop-deadline MS] [--recv-buffers N]\n"
-		"       [--pause-bytes BYTES]%s%s\n"
+		"       [--pause-bytes BYTES] [--tls-cert FILE --tls-key FILE]%s%s\n"
 		"  --listen tcp:HOST:PORT  TCP on a numeric address ([V6]:PORT for IPv6; port 0: the\n"
 		"                 kernel picks one, printed at start)\n"
 		"  --listen unix:PATH  a Unix socket (unix:@NAME: an abstract name); a stale socket\n"
@@ -250,6 +273,8 @@ static void usage(const char *prog)
 		"  --pause-bytes BYTES  a connection stops receiving while this much it received is\n"
 		"                 not consumed (default 262144, at most 1073741824); above the largest\n"
 		"                 message held whole\n"
+		"  --tls-cert FILE --tls-key FILE  speak TLS on every connection (OpenSSL 3): the PEM\n"
+		"                 certificate chain, leaf first, and its key\n"
 		"%s",
 		prog, serve_extra_synopsis ? " " : "", serve_extra_synopsis ? serve_extra_synopsis : "",
 		serve_extra_usage ? serve_extra_usage : "");
@@ -345,6 +370,7 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 		{ "listen", required_argument, NULL, 'l' }, { "zerocopy-min", required_argument, NULL, 'z' },
 		{ "stop-deadline", required_argument, NULL, 'd' }, { "recv-buffers", required_argument, NULL, 'B' },
 		{ "pause-bytes", required_argument, NULL, 'P' },
+		{ "tls-cert", required_argument, NULL, 'C' }, { "tls-key", required_argument, NULL, 'K' },
 		{ NULL, 0, NULL, 0 },
 	};
 	serve_opts_default(o);
@@ -417,6 +443,12 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 				goto bad;
 			o->pause_bytes = (size_t)v;
 			break;
+		case 'C':
+			o->tls_cert = optarg;
+			break;
+		case 'K':
+			o->tls_key = optarg;
+			break;
 		case 'h':
 			usage(prog);
 			return 1;
@@ -437,6 +469,11 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 	}
 	if (listen_given && host_or_port_given) {
 		fprintf(stderr, "%s: --listen says where to listen: give it or --host/--port, not both\n", prog);
+		usage(prog);
+		return -1;
+	}
+	if (!o->tls_cert != !o->tls_key) {
+		fprintf(stderr, "%s: --tls-cert and --tls-key go together\n", prog);
 		usage(prog);
 		return -1;
 	}
@@ -498,7 +535,7 @@ int serve_main(int argc, char **argv, const char *prog, serve_start_fn start, se
 		printf("%u ms", o.idle_timeout_ms);
 	else
 		printf("none");
-	printf("%s\n", o.nagle ? ", Nagle's algorithm on" : "");
+	printf("%s%s\n", o.nagle ? ", Nagle's algorithm on" : "", o.tls_cert ? ", TLS" : "");
 	fflush(stdout);
 	int sig;
 	while (sigwait(&set, &sig) != 0)

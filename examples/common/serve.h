@@ -64,6 +64,12 @@ struct serve_opts {
 	 * SERVE_STOP_DEADLINE_MS by default; 0: reset at once.
 	 */
 	unsigned stop_deadline_ms;
+	/*
+	 * TLS on every connection (perch/tls.h): the certificate chain and
+	 * key, PEM files; both or neither. NULL: plain TCP.
+	 */
+	const char *tls_cert;
+	const char *tls_key;
 };
 
 #define SERVE_IDLE_TIMEOUT_MS 60000u
@@ -109,6 +115,7 @@ struct serve_proto {
 	perch_session_fn stop;
 	perch_session_fn end;
 	bool idle_reset;               /* an idle session is reset, not closed (perch_server_opts.idle_end) */
+	const char *alpn;              /* over TLS: the protocol ALPN names ("http/1.1"), or NULL */
 };
 
 struct serve;

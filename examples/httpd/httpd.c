@@ -147,6 +147,7 @@ static const struct serve_proto httpd_proto = {
 	.state_size = sizeof(struct httpd_conn),
 	.on_data = httpd_data,
 	.fini = httpd_fini,
+	.alpn = "http/1.1",
 };
 
 int httpd_start(const struct serve_opts *o, struct serve **out)
