@@ -15,6 +15,10 @@ extern const struct race_def race_read_vs_bytes, race_read_vs_fin, race_read_vs_
 	race_loop_owner_claim,
 	race_forward_vs_close, race_loop_shutdown_vs_close, race_loop_shutdown_vs_flush,
 	race_loop_zc_flush_vs_close;
+#ifdef PERCH_HAVE_TLS
+extern const struct race_def race_tls_flush_off_loop_vs_engine, race_tls_read_vs_cipher_end,
+	race_tls_flush_vs_peer_end;
+#endif
 
 int main(int argc, char **argv)
 {
@@ -56,6 +60,11 @@ int main(int argc, char **argv)
 		&race_loop_pipe_flush_vs_close,
 		&race_loop_owner_claim,
 		&race_forward_vs_close,
+#ifdef PERCH_HAVE_TLS
+		&race_tls_flush_off_loop_vs_engine,
+		&race_tls_read_vs_cipher_end,
+		&race_tls_flush_vs_peer_end,
+#endif
 	};
 	return race_main(argc, argv, all, (int)(sizeof(all) / sizeof(all[0])));
 }

@@ -1,6 +1,7 @@
 /* tests/test_tls.c: the TLS layer between two sessions over in-memory pipes: handshake, bytes, ends, failures, backpressure. */
 #include "config.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -566,19 +567,28 @@ static void a_server_context_from_pem_in_memory_serves_a_handshake(void **state)
 
 /* ---- over TCP: perch's server scaffold with a TLS context, a perch client session ---- */
 
+/* Writes back what a plaintext reader reads; a server's session (s), or bare pipes. */
 struct echo {
 	struct perch_session *s;
 	struct perch_pipe_reader *r;
 	struct perch_pipe_writer *w;
+	bool ended;
 };
 
 static void echo_run(struct echo *e);
+
+static void echo_end(struct echo *e)
+{
+	e->ended = true;
+	if (e->s)
+		perch_session_end(e->s, PERCH_SESSION_CLOSE);
+}
 
 static void echo_next(void *arg, int64_t result)
 {
 	struct echo *e = arg;
 	if (result < 0)
-		perch_session_end(e->s, PERCH_SESSION_CLOSE);
+		echo_end(e);
 	else
 		echo_run(e);
 }
@@ -600,14 +610,14 @@ static void echo_run(struct echo *e)
 		if (rc == 0)
 			rc = perch_pipe_advance_to(e->r, r.len, r.len);
 		if (rc != 0 || r.completed || r.error || r.closed) {
-			perch_session_end(e->s, PERCH_SESSION_CLOSE);
+			echo_end(e);
 			return;
 		}
 		rc = perch_pipe_flush_or_wait(e->w, echo_next, e);
 		if (rc == PERCH_PENDING)
 			return;
 		if (rc < 0) {
-			perch_session_end(e->s, PERCH_SESSION_CLOSE);
+			echo_end(e);
 			return;
 		}
 	}
@@ -698,6 +708,101 @@ static void a_server_refuses_a_client_context_and_keeps_nothing(void **state)
 	perch_tls_ctx_free(cctx);
 }
 
+/* ---- the plaintext ends used from a thread that is not the loop's ---- */
+
+static void echo_post_start(void *arg)
+{
+	echo_run(arg);
+}
+
+static void *loop_thread(void *arg)
+{
+	perch_loop_run(arg);
+	return NULL;
+}
+
+struct drain {
+	struct perch_pipe_reader *r;
+	size_t want, got;
+	bool same;
+	const char *broke;             /* why it stopped early (cmocka's checks stay on the test's thread) */
+};
+
+/* A third thread reads every echoed byte and checks it. */
+static void *drain_thread(void *arg)
+{
+	struct drain *d = arg;
+	d->same = true;
+	while (d->got < d->want && !d->broke) {
+		struct perch_read_result res;
+		struct perch_vtask_handle h;
+		int64_t result;
+		int rc = perch_pipe_read(d->r, &res, &h);
+		if (rc == PERCH_PENDING) {
+			if (perch_vtask_wait(h, 5000, &result) != 0)
+				d->broke = "a plaintext read waited 5 s: a lost wake-up";
+			continue;
+		}
+		if (rc != 0 || res.error || res.completed || res.closed) {
+			d->broke = "the read ended early";
+			continue;
+		}
+		struct perch_cursor c;
+		perch_cursor_init(&c, &res);
+		const uint8_t *run;
+		size_t n;
+		while ((n = perch_cursor_run(&c, &run)) > 0) {
+			for (size_t i = 0; i < n; i++)
+				d->same &= run[i] == pattern(d->got + perch_cursor_pos(&c) + i);
+			perch_cursor_advance(&c, n);
+		}
+		d->got += res.len;
+		if (perch_pipe_advance_to(d->r, res.len, res.len) != 0)
+			d->broke = "advance refused";
+	}
+	return NULL;
+}
+
+/*
+ * The client's plaintext ends are driven from two threads of the test
+ * while the loop (both engines) runs on a third: every flush hands its
+ * chain over while the engine may be running, every read is woken from
+ * the loop thread. A lost hand-over or wake-up shows as a 5 s wait.
+ */
+static void plaintext_ends_used_off_the_loop_thread_lose_nothing(void **state)
+{
+	struct pair *p = pair_new("server", "ca.pem", "localhost");
+	struct echo e = {.r = perch_tls_reader(p->server), .w = perch_tls_writer(p->server)};
+	assert_int_equal(perch_loop_post(p->loop, echo_post_start, &e), 0);
+	enum { FLUSHES = 20000, EACH = 24 };
+	struct drain d = {.r = perch_tls_reader(p->client), .want = (size_t)FLUSHES * EACH};
+	pthread_t loop_th, drain_th;
+	assert_int_equal(pthread_create(&loop_th, NULL, loop_thread, p->loop), 0);
+	assert_int_equal(pthread_create(&drain_th, NULL, drain_thread, &d), 0);
+	struct perch_pipe_writer *w = perch_tls_writer(p->client);
+	for (size_t i = 0; i < FLUSHES; i++) {
+		uint8_t msg[EACH];
+		for (size_t j = 0; j < EACH; j++)
+			msg[j] = pattern(i * EACH + j);
+		assert_int_equal(perch_pipe_write(w, msg, EACH), 0);
+		struct perch_vtask_handle h;
+		int rc = perch_pipe_flush(w, &h);
+		int64_t result = 0;
+		if (rc == PERCH_PENDING && perch_vtask_wait(h, 5000, &result) != 0)
+			fail_msg("flush %zu waited 5 s: a lost hand-over", i);
+		assert_true(rc == 0 || (rc == PERCH_PENDING && result == 0));
+	}
+	assert_int_equal(pthread_join(drain_th, NULL), 0);
+	if (d.broke)
+		fail_msg("%s", d.broke);
+	assert_int_equal(d.got, d.want);
+	assert_true(d.same);
+	assert_int_equal(perch_loop_stop(p->loop), 0);
+	assert_int_equal(pthread_join(loop_th, NULL), 0);
+	assert_false(e.ended);
+	pair_free(p);
+}
+
 static void bad_contexts_are_refused_saying_why(void **state)
 {
 	struct perch_tls_ctx *ctx = NULL;
@@ -770,6 +875,7 @@ int main(void)
 		cmocka_unit_test(a_server_picks_its_context_by_the_name_asked_for),
 		cmocka_unit_test(a_reader_that_never_reads_holds_the_writer_back),
 		cmocka_unit_test(a_server_context_from_pem_in_memory_serves_a_handshake),
+		cmocka_unit_test(plaintext_ends_used_off_the_loop_thread_lose_nothing),
 		cmocka_unit_test(a_tls_server_echoes_a_perch_client_over_tcp),
 		cmocka_unit_test(a_server_refuses_a_client_context_and_keeps_nothing),
 		cmocka_unit_test(bad_contexts_are_refused_saying_why),
