@@ -42,13 +42,20 @@ static void session_unlink(struct perch_session *s)
 static void session_close(struct perch_session *s, enum perch_session_end_how how)
 {
 	const struct perch_server_opts *o = &s->wk->srv->opts;
+	/*
+	 * TLS: close_notify goes out before the FIN (the peer's session stays
+	 * resumable), and the TLS session is freed before the close, which
+	 * would fail that flush.
+	 */
+	if (s->tls && how != PERCH_SESSION_ABORT)
+		perch_pipe_writer_complete(s->w);
+	if (s->tls)
+		perch_tls_free(s->tls);   /* the plaintext ends, and the connection's reader and writer */
 	if (how == PERCH_SESSION_ABORT)
 		perch_conn_abort(s->c);
 	else if (how == PERCH_SESSION_CLOSE)
 		perch_conn_close(s->c);
-	if (s->tls) {
-		perch_tls_free(s->tls);   /* the plaintext ends, and the connection's reader and writer */
-	} else {
+	if (!s->tls) {
 		perch_pipe_reader_free(s->r);
 		perch_pipe_writer_free(s->w);
 	}

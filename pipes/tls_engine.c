@@ -360,6 +360,22 @@ static void step(struct perch_tls *s)
 	report_failure(s);
 }
 
+void perch__tls_close_notify_now(struct perch_tls *s)
+{
+	bool nested = s->running;
+	s->running = true;
+	perch__conn_ref(s->plain);
+	take_asks(s);
+	send_close_notify(s);
+	flush_cipher(s);
+	s->running = nested;
+	if (nested)
+		s->again = true;            /* the run this is inside looks again */
+	else
+		perch__tls_kick_later(s);   /* what take_asks took, and a close_notify that had to wait */
+	perch__conn_unref(s->plain);
+}
+
 void perch__tls_run(struct perch_tls *s)
 {
 	if (s->freed)

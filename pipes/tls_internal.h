@@ -104,6 +104,13 @@ void perch__tls_kick_later(struct perch_tls *s);
 /* ---- pipes/tls_engine.c (loop thread) ---- */
 /* Runs the session's work until nothing is left to do now. */
 void perch__tls_run(struct perch_tls *s);
+/*
+ * Sends close_notify and flushes it, if nothing is left to encrypt first,
+ * without the rest of a run (no continuation runs); a kick does the rest.
+ * Also from inside a continuation the engine runs (none runs inside an
+ * OpenSSL call), so that a session's end sends it before its close.
+ */
+void perch__tls_close_notify_now(struct perch_tls *s);
 /* Fails the session with `err`; `why` (or OpenSSL's queue) is the reason. */
 void perch__tls_fail(struct perch_tls *s, int err, const char *why);
 /* Ends a plaintext flush's chain: every held chain back to the core with `result`. */

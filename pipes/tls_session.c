@@ -91,12 +91,21 @@ static void tls_close(struct perch_conn *c)
 	/* Held chains are the engine's to end (perch_tls_free ends them). */
 }
 
-/* The plaintext writer completed: close_notify after what was flushed. */
+/*
+ * The plaintext writer completed: close_notify after what was flushed.
+ * On the loop thread it is flushed now, so that a close right after
+ * (a server ending its session) sends it before its FIN.
+ */
 static void tls_end_of_writes(struct perch_conn *c)
 {
 	struct perch_tls *s = c->transport;
+	if (s->freed)
+		return;
 	perch__for_u32(&s->asks, TLS_ASK_CLOSE_NOTIFY);
-	perch__tls_kick_later(s);
+	if (perch__loop_is_current(s->loop))
+		perch__tls_close_notify_now(s);
+	else
+		perch__tls_kick_later(s);
 }
 
 static void tls_destroy(struct perch_conn *c)

@@ -151,6 +151,12 @@ for backend in uring epoll; do
 	grep -q "^New, TLSv1.2" "$dir/s3.out" && grep -q "^Reused, TLSv1.2" "$dir/s4.out"
 	ok_if "TLS 1.2: a new session, then resumed with its ticket"
 
+	# A session the server ends (HTTP/1.0) says close_notify before its FIN; s_time -reuse resumes then.
+	printf 'GET /plaintext HTTP/1.0\r\n\r\n' | timeout 10 openssl s_client -connect "127.0.0.1:$h" -ign_eof -msg \
+		>"$dir/cn.out" 2>&1
+	grep -q "^<<< .*Alert.*close_notify" "$dir/cn.out" && ! grep -q "unexpected eof" "$dir/cn.out"
+	ok_if "httpd ends a session with close_notify, not a bare FIN"
+
 	# redis-cli --tls against resp.
 	rc=(timeout 10 redis-cli --tls --cacert "$C/ca.pem" --sni localhost -h 127.0.0.1 -p "$PORT_resp")
 	[[ $("${rc[@]}" PING) == "PONG" ]]
