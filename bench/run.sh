@@ -120,7 +120,7 @@ BUILD=$(readlink -f "$BUILD")
 SCENARIOS=("$@")
 ((${#SCENARIOS[@]})) || SCENARIOS=(echo http resp flood unix)
 for s in "${SCENARIOS[@]}"; do
-	[[ $s =~ ^(echo|http|resp|flood|unix|hostile|zerocopy|stalled)$ ]] || { echo "run.sh: unknown scenario '$s'" >&2; usage; }
+	[[ $s =~ ^(echo|http|resp|flood|unix|hostile|zerocopy|stalled|https)$ ]] || { echo "run.sh: unknown scenario '$s'" >&2; usage; }
 done
 
 server_defaults
@@ -273,6 +273,24 @@ scenario_resp() {
 		for t in $RESP_TESTS; do
 			rounds "$ROUNDS" resp "$t-P$p" client_resp "$t" "$p" <<<"$servers"
 		done
+	done
+}
+
+# HTTPS against nginx (same certificate, a session cache), and resp over TLS against redis.
+scenario_https() {
+	local servers t
+	have wrk || { echo "== https: skipped, wrk is not installed"; return; }
+	tls_certs
+	servers=$(pick "perch|$PERCH_HTTPS" "nginx|$NGINX_TLS")
+	echo "== https: GET /plaintext over TLS; keep-alive (wrk -c $HTTP_CONNS), a full handshake a request and a resumed one (openssl s_time -tls1_2)"
+	rounds "$ROUNDS" https keepalive client_https <<<"$servers"
+	rounds "$ROUNDS" https handshake-full client_handshakes new <<<"$servers"
+	rounds "$ROUNDS" https handshake-resumed client_handshakes reuse <<<"$servers"
+	have redis-benchmark || { echo "== resp over TLS: skipped, redis-benchmark is not installed"; return; }
+	servers=$(pick "perch|$PERCH_RESP_TLS" "redis|$REDIS_TLS")
+	echo "== resp over TLS: redis-benchmark --tls -c 50 -P 1, tests: $RESP_TESTS"
+	for t in $RESP_TESTS; do
+		rounds "$ROUNDS" resp-tls "$t" client_resp_tls "$t" <<<"$servers"
 	done
 }
 

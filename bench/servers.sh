@@ -38,6 +38,18 @@ server_defaults() {
 	EPOLL_ECHO_UNIX="$BUILD/bench/baseline_epoll_echo --unix {unix}"
 	REDIS="redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --protected-mode no --logfile ''"
 	NGINX="nginx -p {dir} -c {dir}/nginx-{port}.conf -e {dir}/nginx-error.log"
+	# TLS: the same certificate for both (ECDSA P-256, tests/tls_certs.sh into {dir}/certs).
+	PERCH_HTTPS=${PERCH_HTTPS:-"$PERCH_HTTPD --tls-cert {dir}/certs/server.pem --tls-key {dir}/certs/server.key"}
+	PERCH_RESP_TLS=${PERCH_RESP_TLS:-"$PERCH_RESP --tls-cert {dir}/certs/server.pem --tls-key {dir}/certs/server.key"}
+	NGINX_TLS="nginx -p {dir} -c {dir}/nginx-tls-{port}.conf -e {dir}/nginx-error.log"
+	REDIS_TLS="redis-server --port 0 --tls-port {port} --bind 127.0.0.1 --save '' --appendonly no --protected-mode no"
+	REDIS_TLS+=" --logfile '' --tls-cert-file {dir}/certs/server.pem --tls-key-file {dir}/certs/server.key"
+	REDIS_TLS+=" --tls-ca-cert-file {dir}/certs/ca.pem --tls-auth-clients no"
+}
+
+# The throwaway CA and server certificate the TLS scenarios share, made once a run in TMP/certs.
+tls_certs() {
+	[[ -f $TMP/certs/server.pem ]] || sh "$ROOT/tests/tls_certs.sh" "$TMP/certs" >/dev/null
 }
 
 # The program a command line runs (its first word), installed or built.
@@ -71,6 +83,33 @@ http {
 EOF
 }
 
+# As nginx_conf, over TLS: perch's certificate, TLS 1.2 and 1.3, a session cache and tickets (resumption).
+nginx_tls_conf() {
+	cat >"$TMP/nginx-tls-$1.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $TMP/nginx-tls-$1.pid;
+worker_rlimit_nofile 32768;
+events { worker_connections 16384; }
+http {
+	access_log off;
+	default_type text/plain;
+	keepalive_requests 100000000;
+	keepalive_timeout 60s;
+	client_body_temp_path $TMP/nginx-body;
+	server {
+		listen 127.0.0.1:$1 ssl;
+		ssl_certificate $TMP/certs/server.pem;
+		ssl_certificate_key $TMP/certs/server.key;
+		ssl_protocols TLSv1.2 TLSv1.3;
+		ssl_session_cache shared:SSL:10m;
+		ssl_session_tickets on;
+		location / { return 200 "Hello, World!"; }
+	}
+}
+EOF
+}
+
 # Whether the server just started accepts: a TCP connect to its port, or a round trip on its Unix socket.
 server_accepts() { # port
 	if [[ -n $UNIX_TARGET ]]; then
@@ -87,7 +126,11 @@ start_server() {
 	[[ $cmd != *"{unix}"* ]] || UNIX_TARGET=$TMP/unix-$port.sock
 	cmd=${cmd//\{unix\}/$UNIX_TARGET}
 	cmd=${cmd//\{dir\}/$TMP}
-	[[ $cmd == nginx* ]] && nginx_conf "$port"
+	if [[ $cmd == *nginx-tls-* ]]; then
+		nginx_tls_conf "$port"
+	elif [[ $cmd == nginx* ]]; then
+		nginx_conf "$port"
+	fi
 	# With a quota (quota.sh) the subshell joins the cgroup before the exec, so the server's threads and children are in it.
 	(
 		[[ -z ${QUOTA_PROCS:-} ]] || echo "$BASHPID" >"$QUOTA_PROCS" || exit 97
@@ -187,6 +230,37 @@ client_http() { # depth port
 		IFS=, read -r _ _ _ req rps _ p99 _ non2xx errs <<<"$out"
 		echo "${req:-0} ${rps:-0} ${p99:-0} $((${non2xx:-0} + ${errs:-1}))"
 	fi
+}
+
+client_https() { # port: wrk over TLS, keep-alive (no verification: the client's work is the same for all)
+	local out req rps p99 errs
+	out=$(taskset -c "$CLIENT_CPU" timeout $((${SECS%.*} + 30)) wrk -t1 -c"$HTTP_CONNS" -d"${SECS}s" --latency \
+		"https://127.0.0.1:$1/plaintext") || true
+	req=$(awk '/requests in/ { print $1 }' <<<"$out")
+	rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
+	p99=$(grep -E '^ +99%' <<<"$out" | wrk_us)
+	errs=$(awk '/Non-2xx|Socket errors/ { n++ } END { print n + 0 }' <<<"$out")
+	echo "${req:-0} ${rps:-0} ${p99:-0} $errs"
+}
+
+# A connection a request, each with its handshake: full (-new) or resumed (-reuse), TLS 1.2 (whose
+# resumption s_time does), openssl s_time GETting /plaintext; s_time gives no p99 (0).
+client_handshakes() { # new|reuse port
+	local out n secs
+	out=$(taskset -c "$CLIENT_CPU" timeout $((${SECS%.*} + 30)) openssl s_time -connect "127.0.0.1:$2" -"$1" \
+		-tls1_2 -time "${SECS%.*}" -www /plaintext 2>/dev/null) || true
+	read -r n secs < <(awk '/connections in [0-9]+ real seconds/ { print $1, $4 }' <<<"$out") || true
+	[[ -n ${n:-} && ${secs:-0} -gt 0 ]] || { echo "0 0 0 1"; return; }
+	echo "$n $(awk -v n="$n" -v s="$secs" 'BEGIN { printf "%.1f", n / s }') 0 0"
+}
+
+client_resp_tls() { # test port
+	local out
+	out=$(taskset -c "$CLIENT_CPU" timeout 120 redis-benchmark --tls --cacert "$TMP/certs/ca.pem" --sni localhost \
+		-p "$2" -t "$1" -n "$RESP_N1" -c 50 -P 1 --csv 2>/dev/null | tail -n +2 | head -1 | tr -d '"') || true
+	IFS=, read -r _ rps _ _ _ _ p99 _ <<<"$out"
+	[[ -n ${rps:-} ]] || { echo "0 0 0 1"; return; }
+	echo "$RESP_N1 $rps $(awk -v m="$p99" 'BEGIN { printf "%.1f", m * 1000 }') 0"
 }
 
 client_resp() { # test pipeline port

@@ -11,7 +11,7 @@
 #include "tls_internal.h"
 
 #define RECORD_BYTES 16384u        /* the most plaintext one record carries: one SSL_read */
-#define SHRINK_BELOW (RECORD_BYTES / 4)
+#define SHRINK_BELOW (RECORD_BYTES / 4)   /* a record shorter than this is copied out of the spare */
 #define STAGE_MAX (256u * 1024u)   /* ciphertext staged before it is flushed and waited for */
 
 /* ---- failure ---- */
@@ -194,19 +194,45 @@ static void encrypt(struct perch_tls *s)
 		s->tx_encrypted = true;
 }
 
+/*
+ * The segment the next record is decrypted into: the session's spare, a
+ * record's size. A short record is copied out into a segment of its own
+ * size and the spare kept; a long one takes the spare with it.
+ */
+static struct perch_seg *record_seg(struct perch_tls *s)
+{
+	if (!s->spare)
+		s->spare = malloc(sizeof(struct perch_seg) + RECORD_BYTES);
+	return s->spare;
+}
+
+static struct perch_seg *seg_of(struct perch_tls *s, size_t n)
+{
+	struct perch_seg *seg = s->spare;
+	if (n >= SHRINK_BELOW) {
+		s->spare = NULL;
+	} else {
+		seg = malloc(sizeof(*seg) + n);
+		if (seg)
+			memcpy(seg + 1, s->spare + 1, n);
+	}
+	if (seg)
+		*seg = (struct perch_seg){.data = (uint8_t *)(seg + 1), .len = (uint32_t)n, .buf_id = PERCH__SEG_OWN};
+	return seg;
+}
+
 /* One segment of decrypted bytes for the plaintext reader; false when none came. */
 static bool decrypt_one(struct perch_tls *s)
 {
-	struct perch_seg *seg = malloc(sizeof(*seg) + RECORD_BYTES);
-	if (!seg) {
+	struct perch_seg *into = record_seg(s);
+	if (!into) {
 		perch__tls_fail(s, -ENOMEM, "no memory for decrypted bytes");
 		return false;
 	}
 	size_t n;
 	s->want_input = false;
 	ERR_clear_error();
-	if (SSL_read_ex(s->ssl, (uint8_t *)(seg + 1), RECORD_BYTES, &n) != 1) {
-		free(seg);
+	if (SSL_read_ex(s->ssl, (uint8_t *)(into + 1), RECORD_BYTES, &n) != 1) {
 		int e = SSL_get_error(s->ssl, 0);
 		if (e == SSL_ERROR_ZERO_RETURN) {
 			s->peer_closed = true;
@@ -216,9 +242,11 @@ static bool decrypt_one(struct perch_tls *s)
 		}
 		return false;
 	}
-	struct perch_seg *small = n < SHRINK_BELOW ? realloc(seg, sizeof(*seg) + n) : NULL;
-	seg = small ? small : seg;
-	*seg = (struct perch_seg){.data = (uint8_t *)(seg + 1), .len = (uint32_t)n, .buf_id = PERCH__SEG_OWN};
+	struct perch_seg *seg = seg_of(s, n);
+	if (!seg) {
+		perch__tls_fail(s, -ENOMEM, "no memory for decrypted bytes");
+		return false;
+	}
 	perch__faa_u64(&s->unread, n);
 	if (perch__conn_recv_arrived(s->plain, seg) != 0) {
 		perch__faa_u64(&s->unread, (uint64_t)0 - n);

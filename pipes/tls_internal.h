@@ -69,6 +69,7 @@ struct perch_tls {
 	bool want_input;                 /* OpenSSL asked for ciphertext it lacked */
 	bool close_notify_wanted, close_notify_sent, peer_closed, established;
 	int io_error;                    /* the ciphertext pipes' error, for the failure it causes */
+	struct perch_seg *spare;         /* a record's room to decrypt into (tls_engine.c) */
 	struct perch_read_result cin;    /* the ciphertext result OpenSSL reads from */
 	size_t cin_off;
 	struct perch__txbuf *tx;         /* the plaintext chain being encrypted */

@@ -110,7 +110,9 @@ static void tls_end_of_writes(struct perch_conn *c)
 
 static void tls_destroy(struct perch_conn *c)
 {
-	free(c->transport);
+	struct perch_tls *s = c->transport;
+	free(s->spare);
+	free(s);
 }
 
 static const struct perch__transport_ops tls_ops = {
