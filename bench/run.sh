@@ -34,6 +34,11 @@ Scenarios (default: all of them, in this order):
           sending for -d seconds; its MB/s against the same proxy with none stalled, and the
           proxy's peak RSS; perch proxy on both backends against nginx's stream proxy (one
           worker; skipped without libnginx-mod-stream) (not in the default set)
+  https   perch httpd --tls-cert/--tls-key vs nginx (one worker, the same ECDSA P-256 certificate, a
+          session cache and tickets): keep-alive (wrk -c HTTP_CONNS over TLS), a full handshake a
+          request and a resumed one (openssl s_time -new / -reuse, TLS 1.2, GET /plaintext); then
+          perch resp over TLS vs redis-server --tls-port (redis-benchmark --tls -P 1, RESP_TESTS)
+          (not in the default set)
 
 Each round starts every server afresh, one at a time, pinned to core SERVER_CPU (0), with
 the client pinned to CLIENT_CPU (1); servers run in the same order every round (ABAB...).
@@ -65,6 +70,8 @@ perch servers are command lines with {port} (a server whose program is missing i
   PERCH_HTTPD           default: BUILD/examples/httpd/httpd --port {port} --threads 1
   PERCH_RESP            default: BUILD/examples/resp/resp --port {port} --threads 1
   PERCH_PROXY           default: BUILD/examples/proxy/proxy --port {port} --to 127.0.0.1:{up}
+  PERCH_HTTPS, PERCH_RESP_TLS  default: PERCH_HTTPD, PERCH_RESP with --tls-cert/--tls-key (a throwaway
+                        CA and certificate from tests/tls_certs.sh, in the temp dir: {dir}/certs)
   PERCH_ECHO_MULTISHOT  default: PERCH_ECHO --backend uring --recv multishot
   PERCH_ECHO_SINGLESHOT default: PERCH_ECHO --backend uring --recv singleshot
   PERCH_ECHO_EPOLL      default: PERCH_ECHO --backend epoll
