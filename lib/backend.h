@@ -213,6 +213,7 @@ struct perch_loop {
 	struct perch_loop_opts opts; /* resolved: backend and read_budget included */
 	const char *be_refused_at;   /* set by a failed init: the call the kernel refused */
 	char be_refused_why[160];    /* set by a failed init that knows its cause better than refusal_cause */
+	int tls_kernel;              /* TLS's probe for kTLS (pipes/tls_kernel.c): 0 not yet, 1 yes, -errno no */
 	struct perch__txbuf *txbuf_pool; /* spent staging buffers, lent to the next writes */
 	uint32_t txbuf_pooled;       /* at most PERCH__TXBUF_POOL_MAX */
 	struct perch__sock *accept_paused; /* listeners out of fds, resumed when a socket closes */

@@ -83,6 +83,11 @@ int perch_tls_path(const struct perch_tls *t)
 	return PERCH_TLS_PATH_USERSPACE;
 }
 
+const char *perch_tls_path_reason(const struct perch_tls *t)
+{
+	return NULL;
+}
+
 int perch_tls_error(const struct perch_tls *t, char *buf, size_t len)
 {
 	return -EOPNOTSUPP;

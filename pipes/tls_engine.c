@@ -142,6 +142,7 @@ static void established(struct perch_tls *s)
 {
 	s->state = TLS_OPEN;
 	s->established = true;
+	perch__tls_choose_path(s);
 	if (perch_timer_is_armed(&s->timer))
 		perch_timer_stop(&s->timer);
 }

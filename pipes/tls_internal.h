@@ -83,6 +83,7 @@ struct perch_tls {
 	unsigned handshake_ms;
 	struct perch_timer timer;
 	int path;
+	char path_why[96];               /* why the records take that path (perch_tls_path_reason) */
 	int error;
 	char reason[200];
 };
@@ -101,6 +102,10 @@ BIO *perch__tls_bio_new(struct perch_tls *s);
 void perch__tls_kick(struct perch_tls *s);
 /* Posts a kick, whatever the thread. */
 void perch__tls_kick_later(struct perch_tls *s);
+
+/* ---- pipes/tls_kernel.c (loop thread) ---- */
+/* After the handshake: the records' path (the loop's kTLS probe, once), and why. */
+void perch__tls_choose_path(struct perch_tls *s);
 
 /* ---- pipes/tls_engine.c (loop thread) ---- */
 /* Runs the session's work until nothing is left to do now. */

@@ -306,6 +306,11 @@ int perch_tls_path(const struct perch_tls *t)
 	return t ? t->path : PERCH_TLS_PATH_USERSPACE;
 }
 
+const char *perch_tls_path_reason(const struct perch_tls *t)
+{
+	return perch_tls_established(t) ? t->path_why : NULL;
+}
+
 int perch_tls_error(const struct perch_tls *t, char *buf, size_t len)
 {
 	if (!t)

@@ -1,7 +1,10 @@
 /* tests/test_tls.c: the TLS layer between two sessions over in-memory pipes: handshake, bytes, ends, failures, backpressure. */
 #include "config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,6 +213,7 @@ static void a_handshake_agrees_alpn_and_carries_bytes_both_ways(void **state)
 	assert_string_equal(perch_tls_version(p->client), "TLSv1.3");
 	assert_non_null(perch_tls_cipher(p->server));
 	assert_int_equal(perch_tls_path(p->server), PERCH_TLS_PATH_USERSPACE);
+	assert_non_null(strstr(perch_tls_path_reason(p->server), "not a socket"));
 	assert_int_equal(write_flush(p, p->client, "ping", 4), 0);
 	assert_reads(p, p->server, "ping");
 	assert_int_equal(write_flush(p, p->server, "pong!", 5), 0);
@@ -643,6 +647,24 @@ static bool conn_there(void *arg)
 	return *(struct perch_conn **)arg != NULL;
 }
 
+/* The test's own question to the kernel: 0 when a connected TCP socket takes TCP_ULP "tls", else -errno. */
+static int kernel_takes_tls(void)
+{
+	int ls = socket(AF_INET, SOCK_STREAM, 0), cs = socket(AF_INET, SOCK_STREAM, 0), rc = 0;
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	assert_true(ls >= 0 && cs >= 0);
+	assert_int_equal(bind(ls, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(ls, 1), 0);
+	assert_int_equal(getsockname(ls, (struct sockaddr *)&a, &len), 0);
+	assert_int_equal(connect(cs, (struct sockaddr *)&a, sizeof(a)), 0);
+	if (setsockopt(cs, IPPROTO_TCP, 31 /* TCP_ULP */, "tls", 4) != 0)
+		rc = -errno;
+	close(cs);
+	close(ls);
+	return rc;
+}
+
 static void a_tls_server_echoes_a_perch_client_over_tcp(void **state)
 {
 	struct perch_tls_ctx *sctx = server_ctx("server", "http/1.1");
@@ -666,6 +688,14 @@ static void a_tls_server_echoes_a_perch_client_over_tcp(void **state)
 	assert_int_equal(write_flush(p, p->client, "over tcp", 8), 0);
 	assert_reads(p, p->client, "over tcp");
 	assert_string_equal(perch_tls_alpn(p->client), "http/1.1");
+	/* Over a socket the path is the kernel's question: asked here too, the same answer. */
+	int ulp = kernel_takes_tls();
+	const char *why = perch_tls_path_reason(p->client);
+	assert_int_equal(perch_tls_path(p->client), PERCH_TLS_PATH_USERSPACE);
+	if (ulp == 0 && !strstr(why, "does not hand it keys") && !strstr(why, "does not take"))
+		fail_msg("the kernel takes TLS, yet: %s", why);
+	if (ulp != 0 && !strstr(why, strerror(-ulp)))
+		fail_msg("the kernel refuses TLS (%s), yet: %s", strerror(-ulp), why);
 	/* 4 MiB through it, in one flush. */
 	enum { BIG = 4 << 20 };
 	uint8_t *big = malloc(BIG), *back = malloc(BIG);
