@@ -95,6 +95,9 @@ for backend in uring epoll; do
 	start echo "$ECHO" --port 0 --backend "$backend" || { fails=$((fails + 1)); stop; continue; }
 	start proxy "$PROXY" --port 0 --to "127.0.0.1:$PORT_echo" --backend "$backend" "${TLS[@]}" ||
 		{ fails=$((fails + 1)); stop; continue; }
+	start plainhttpd "$HTTPD" --port 0 --backend "$backend" || { fails=$((fails + 1)); stop; continue; }
+	start httpproxy "$PROXY" --port 0 --to "127.0.0.1:$PORT_plainhttpd" --backend "$backend" "${TLS[@]}" ||
+		{ fails=$((fails + 1)); stop; continue; }
 	start expired "$HTTPD" --port 0 --backend "$backend" --tls-cert "$C/expired.pem" --tls-key "$C/expired.key" ||
 		{ fails=$((fails + 1)); stop; continue; }
 	h=$PORT_httpd
@@ -156,6 +159,13 @@ for backend in uring epoll; do
 		>"$dir/cn.out" 2>&1
 	grep -q "^<<< .*Alert.*close_notify" "$dir/cn.out" && ! grep -q "unexpected eof" "$dir/cn.out"
 	ok_if "httpd ends a session with close_notify, not a bare FIN"
+
+	# The TLS-ending proxy passes the upstream's end (httpd closing after HTTP/1.0) on as close_notify.
+	printf 'GET /plaintext HTTP/1.0\r\n\r\n' | timeout 10 openssl s_client -connect "127.0.0.1:$PORT_httpproxy" \
+		-ign_eof -msg >"$dir/pcn.out" 2>&1
+	grep -q "Hello, World!" "$dir/pcn.out" && grep -q "^<<< .*Alert.*close_notify" "$dir/pcn.out" &&
+		! grep -q "unexpected eof" "$dir/pcn.out"
+	ok_if "the proxy passes its upstream's end to a TLS client as close_notify"
 
 	# redis-cli --tls against resp.
 	rc=(timeout 10 redis-cli --tls --cacert "$C/ca.pem" --sni localhost -h 127.0.0.1 -p "$PORT_resp")

@@ -17,6 +17,7 @@ struct pump {
 	struct perch_pipe_reader *r;
 	struct perch_pipe_writer *w;
 	struct perch_conn *dst;        /* the connection w writes to: shut once r's side ended */
+	bool dst_tls;                  /* w is a TLS session's: its end is close_notify, not a FIN */
 	bool src_ended;                /* the result being flushed was r's last */
 	bool done;                     /* r's side ended and the end was passed on */
 };
@@ -98,10 +99,16 @@ static void pump_run(struct pump *p);
  * failed flush the stream was cut short, and the session is cut with
  * resets, never a FIN that would say it ended cleanly.
  */
+/* Passes r's end on: a FIN, or over TLS close_notify (a FIN under it would cut the TLS stream short). */
+static int pass_end(struct pump *p)
+{
+	return p->dst_tls ? perch_pipe_writer_complete(p->w) : perch_conn_shutdown(p->dst);
+}
+
 static bool pump_stops_after_flush(struct pump *p, int result)
 {
 	struct proxy_session *ps = p->ps;
-	if (result != 0 || (p->src_ended && perch_conn_shutdown(p->dst) != 0)) {
+	if (result != 0 || (p->src_ended && pass_end(p) != 0)) {
 		session_end(ps, true);
 		return true;
 	}
@@ -232,7 +239,7 @@ static void proxy_start_session(struct perch_session *sess, struct perch_pipe_re
 	*(struct proxy_session **)perch_session_state(sess) = ps;
 	*ps = (struct proxy_session){ .sess = sess, .to = to, .connecting = true };
 	ps->up = (struct pump){ .ps = ps, .r = r };
-	ps->down = (struct pump){ .ps = ps, .w = w, .dst = perch_session_conn(sess) };
+	ps->down = (struct pump){ .ps = ps, .w = w, .dst = perch_session_conn(sess), .dst_tls = to->clients_tls };
 	struct perch_conn_opts co = *perch_session_conn_opts(sess); /* as the client's side: --recv, --nagle */
 	co.connect_timeout_ms = to->connect_timeout_ms;
 	int rc = to->unix_name[0] ? perch_connect_unix(perch_session_loop(sess), to->unix_name, &co, on_upstream, ps)
@@ -303,6 +310,7 @@ int proxy_start(const struct serve_opts *o, const struct proxy_target *to, struc
 	if (!copy)
 		return -ENOMEM;
 	*copy = *to;
+	copy->clients_tls = o->tls_cert != NULL;
 	int rc = serve_start(&so, &proxy_proto, copy, out);
 	if (rc != 0)
 		free(copy);

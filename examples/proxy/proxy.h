@@ -12,6 +12,7 @@ struct proxy_target {
 	char host[INET6_ADDRSTRLEN];   /* TCP: numeric IPv4 or IPv6 address */
 	int port;                      /* TCP: 1..65535 */
 	unsigned connect_timeout_ms;   /* 0: the kernel's own (minutes); else the client is closed after it */
+	bool clients_tls;              /* set by proxy_start: clients speak TLS (serve_opts.tls_cert) */
 };
 
 /*
