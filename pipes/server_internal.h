@@ -70,6 +70,8 @@ void perch__session_abort_all(struct perch__server_worker *wk);
 int perch__tls_ctx_role(const struct perch_tls_ctx *ctx);
 /* Takes a reference on a context (pipes/tls_ctx.c). */
 void perch__tls_ctx_ref(struct perch_tls_ctx *ctx);
+/* perch_tls_free, then after(arg) once its close_notify was flushed (pipes/tls_session.c). */
+void perch__tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg);
 
 /* A session of wk ended: stops the loop once the last one ends during a stop. Loop thread. */
 void perch__server_session_ended(struct perch__server_worker *wk);

@@ -39,26 +39,54 @@ static void session_unlink(struct perch_session *s)
  * after the pipes for a linger, which wants no read parked. Every
  * continuation has run before fini, the session's last call.
  */
+/* The connection's end after a TLS session's: its close_notify flushed first. */
+static void close_after_tls(void *c)
+{
+	perch_conn_close(c);
+	perch_conn_release(c);
+}
+
+static void linger_after_tls(void *c)
+{
+	/* A linger that starts takes the reference over. */
+	if (perch_conn_close_lingering(c, NULL) != 0)
+		close_after_tls(c);
+}
+
+/*
+ * A TLS session's end: close_notify (the peer's session stays resumable),
+ * then the connection's close or linger once that flush completed; an
+ * abort resets at once.
+ */
+static void session_close_tls(struct perch_session *s, enum perch_session_end_how how)
+{
+	const struct perch_server_opts *o = &s->wk->srv->opts;
+	if (how == PERCH_SESSION_ABORT) {
+		perch_conn_abort(s->c);
+		perch_tls_free(s->tls);
+	} else {
+		perch_pipe_writer_complete(s->w);
+		perch__tls_end(s->tls, how == PERCH_SESSION_LINGER ? linger_after_tls : close_after_tls, s->c);
+	}
+	if (o->fini)
+		o->fini(s, o->app);
+	if (how == PERCH_SESSION_ABORT)
+		perch_conn_release(s->c);
+}
+
 static void session_close(struct perch_session *s, enum perch_session_end_how how)
 {
 	const struct perch_server_opts *o = &s->wk->srv->opts;
-	/*
-	 * TLS: close_notify goes out before the FIN (the peer's session stays
-	 * resumable), and the TLS session is freed before the close, which
-	 * would fail that flush.
-	 */
-	if (s->tls && how != PERCH_SESSION_ABORT)
-		perch_pipe_writer_complete(s->w);
-	if (s->tls)
-		perch_tls_free(s->tls);   /* the plaintext ends, and the connection's reader and writer */
+	if (s->tls) {
+		session_close_tls(s, how);
+		return;
+	}
 	if (how == PERCH_SESSION_ABORT)
 		perch_conn_abort(s->c);
 	else if (how == PERCH_SESSION_CLOSE)
 		perch_conn_close(s->c);
-	if (!s->tls) {
-		perch_pipe_reader_free(s->r);
-		perch_pipe_writer_free(s->w);
-	}
+	perch_pipe_reader_free(s->r);
+	perch_pipe_writer_free(s->w);
 	/* A linger that starts takes the reference over. */
 	bool lingers = how == PERCH_SESSION_LINGER && perch_conn_close_lingering(s->c, NULL) == 0;
 	if (!lingers)

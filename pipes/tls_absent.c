@@ -53,6 +53,12 @@ void perch_tls_free(struct perch_tls *t)
 {
 }
 
+void perch__tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg);
+void perch__tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg)
+{
+	after(arg);
+}
+
 const char *perch_tls_alpn(const struct perch_tls *t)
 {
 	return NULL;

@@ -22,7 +22,8 @@ static int say(char *why, size_t len, int err, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
-	unsigned long e = ERR_peek_last_error();
+	/* The first error says why ("no start line"); the last is the caller's ("PEM lib"). */
+	unsigned long e = ERR_peek_error();
 	char reason[120] = "";
 	if (e)
 		ERR_error_string_n(e, reason, sizeof(reason));

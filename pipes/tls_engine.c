@@ -116,6 +116,8 @@ static void cipher_flushed(void *arg, int64_t result)
 	perch__store_u32((uint32_t *)&s->flush_result, (uint32_t)(int32_t)result);
 	perch__for_u32(&s->asks, TLS_ASK_FLUSHED);
 	perch__tls_kick(s);
+	if (s->freed)
+		perch__tls_run_after(s);
 	perch__conn_unref(s->plain);   /* the waited flush's */
 }
 
@@ -196,26 +198,46 @@ static void encrypt(struct perch_tls *s)
 }
 
 /*
- * The segment the next record is decrypted into: the session's spare, a
- * record's size. A short record is copied out into a segment of its own
- * size and the spare kept; a long one takes the spare with it.
+ * The segment the next record is decrypted into: a record's room, one
+ * per loop thread (engines run on their loop's thread only), so an idle
+ * session holds none. A short record is copied out into a segment of its
+ * own size and the spare kept; a long one takes the spare with it. The
+ * thread's exit frees it.
  */
-static struct perch_seg *record_seg(struct perch_tls *s)
+static __thread struct perch_seg *spare;
+static pthread_key_t spare_key;
+static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
+static bool spare_keyed;
+
+static void spare_key_make(void)
 {
-	if (!s->spare)
-		s->spare = malloc(sizeof(struct perch_seg) + RECORD_BYTES);
-	return s->spare;
+	spare_keyed = pthread_key_create(&spare_key, free) == 0;
 }
 
-static struct perch_seg *seg_of(struct perch_tls *s, size_t n)
+static struct perch_seg *record_seg(void)
 {
-	struct perch_seg *seg = s->spare;
+	if (spare)
+		return spare;
+	if (pthread_once(&spare_once, spare_key_make) != 0 || !spare_keyed)
+		return NULL;
+	spare = malloc(sizeof(struct perch_seg) + RECORD_BYTES);
+	if (spare && pthread_setspecific(spare_key, spare) != 0) {
+		free(spare);
+		spare = NULL;
+	}
+	return spare;
+}
+
+static struct perch_seg *seg_of(size_t n)
+{
+	struct perch_seg *seg = spare;
 	if (n >= SHRINK_BELOW) {
-		s->spare = NULL;
+		spare = NULL;   /* taken: the key no longer owns it */
+		pthread_setspecific(spare_key, NULL);
 	} else {
 		seg = malloc(sizeof(*seg) + n);
 		if (seg)
-			memcpy(seg + 1, s->spare + 1, n);
+			memcpy(seg + 1, spare + 1, n);
 	}
 	if (seg)
 		*seg = (struct perch_seg){.data = (uint8_t *)(seg + 1), .len = (uint32_t)n, .buf_id = PERCH__SEG_OWN};
@@ -225,7 +247,7 @@ static struct perch_seg *seg_of(struct perch_tls *s, size_t n)
 /* One segment of decrypted bytes for the plaintext reader; false when none came. */
 static bool decrypt_one(struct perch_tls *s)
 {
-	struct perch_seg *into = record_seg(s);
+	struct perch_seg *into = record_seg();
 	if (!into) {
 		perch__tls_fail(s, -ENOMEM, "no memory for decrypted bytes");
 		return false;
@@ -243,7 +265,7 @@ static bool decrypt_one(struct perch_tls *s)
 		}
 		return false;
 	}
-	struct perch_seg *seg = seg_of(s, n);
+	struct perch_seg *seg = seg_of(n);
 	if (!seg) {
 		perch__tls_fail(s, -ENOMEM, "no memory for decrypted bytes");
 		return false;

@@ -21,19 +21,23 @@
 /*
  * Whether the kernel takes the "tls" upper-layer protocol on a connected
  * TCP socket: a loopback pair made for the question. 1, or the negative
- * errno of the step that failed (ENOENT: a kernel without CONFIG_TLS).
+ * errno setsockopt gave (ENOENT: a kernel without CONFIG_TLS); *asked is
+ * false when the pair could not be made (out of fds, no loopback): no
+ * answer, to ask again next time.
  */
-static int probe_ulp(void)
+static int probe_ulp(bool *asked)
 {
 	int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), cs = -1, as = -1, rc = 1;
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t len = sizeof(a);
+	*asked = false;
 	if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(ls, 1) != 0 ||
 	    getsockname(ls, (struct sockaddr *)&a, &len) != 0 ||
 	    (cs = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
 	    connect(cs, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-	    (as = accept4(ls, NULL, NULL, SOCK_CLOEXEC)) < 0 ||
-	    setsockopt(cs, SOL_TCP, TCP_ULP, "tls", sizeof("tls")) != 0)
+	    (as = accept4(ls, NULL, NULL, SOCK_CLOEXEC)) < 0)
+		rc = -errno;
+	else if ((*asked = true) && setsockopt(cs, SOL_TCP, TCP_ULP, "tls", sizeof("tls")) != 0)
 		rc = -errno;
 	if (as >= 0)
 		close(as);
@@ -44,12 +48,16 @@ static int probe_ulp(void)
 	return rc;
 }
 
-/* Once a loop (its thread): 1, or why not (a negative errno). */
-static int loop_has_ktls(struct perch_loop *loop)
+/* Once a loop (its thread): 1, or why not (a negative errno); *asked as probe_ulp's. */
+static int loop_has_ktls(struct perch_loop *loop, bool *asked)
 {
-	if (loop->tls_kernel == 0)
-		loop->tls_kernel = probe_ulp();
-	return loop->tls_kernel;
+	*asked = true;
+	if (loop->tls_kernel != 0)
+		return loop->tls_kernel;
+	int rc = probe_ulp(asked);
+	if (*asked)
+		loop->tls_kernel = rc;
+	return rc;
 }
 
 /* A cipher the kernel's TLS takes (linux/tls.h): AES-GCM 128/256, ChaCha20-Poly1305. */
@@ -75,7 +83,13 @@ void perch__tls_choose_path(struct perch_tls *s)
 		snprintf(s->path_why, sizeof(s->path_why), "userspace: the ciphertext is not a socket's");
 		return;
 	}
-	int ktls = loop_has_ktls(s->loop);
+	bool asked;
+	int ktls = loop_has_ktls(s->loop, &asked);
+	if (!asked) {
+		snprintf(s->path_why, sizeof(s->path_why), "userspace: the kernel could not be asked (%s)",
+			 strerror(-ktls));
+		return;
+	}
 	if (ktls < 0) {
 		snprintf(s->path_why, sizeof(s->path_why),
 			 "userspace: the kernel refused TCP_ULP \"tls\" (%s%s)", strerror(-ktls),

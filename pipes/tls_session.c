@@ -1,6 +1,9 @@
 /* pipes/tls_session.c: a TLS session's life: the plaintext connection it drives, kicks to the loop, and what it says. */
 #include "config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <openssl/x509v3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,9 +113,7 @@ static void tls_end_of_writes(struct perch_conn *c)
 
 static void tls_destroy(struct perch_conn *c)
 {
-	struct perch_tls *s = c->transport;
-	free(s->spare);
-	free(s);
+	free(c->transport);
 }
 
 static const struct perch__transport_ops tls_ops = {
@@ -126,10 +127,15 @@ static const struct perch__transport_ops tls_ops = {
 
 /* ---- handshake deadline ---- */
 
+/* The session's one timer: the handshake's deadline, then perch__tls_end's. */
 static void handshake_late(struct perch_timer *t, void *arg)
 {
 	struct perch_tls *s = arg;
-	if (s->freed || s->state != TLS_HANDSHAKE)
+	if (s->freed) {
+		perch__tls_run_after(s);
+		return;
+	}
+	if (s->state != TLS_HANDSHAKE)
 		return;
 	char why[64];
 	snprintf(why, sizeof(why), "the handshake took more than %u ms", s->handshake_ms);
@@ -138,6 +144,21 @@ static void handshake_late(struct perch_timer *t, void *arg)
 }
 
 /* ---- creating and freeing ---- */
+
+/*
+ * The name a client asks for (SNI) and checks the certificate against; an
+ * address ("127.0.0.1", "::1") is checked against the certificate's IP
+ * names and sent as no SNI, which takes host names only (RFC 6066).
+ */
+static int expect_name(SSL *ssl, const char *name)
+{
+	unsigned char addr[sizeof(struct in6_addr)];
+	if (inet_pton(AF_INET, name, addr) == 1 || inet_pton(AF_INET6, name, addr) == 1)
+		return X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name) == 1 ? 0 : -ENOMEM;
+	if (SSL_set_tlsext_host_name(ssl, name) != 1 || SSL_set1_host(ssl, name) != 1)
+		return -ENOMEM;
+	return 0;
+}
 
 static int make_ssl(struct perch_tls *s, const struct perch_tls_opts *o)
 {
@@ -153,7 +174,10 @@ static int make_ssl(struct perch_tls *s, const struct perch_tls_opts *o)
 	}
 	SSL_set_connect_state(s->ssl);
 	const char *name = o->server_name;
-	if (name && (SSL_set_tlsext_host_name(s->ssl, name) != 1 || SSL_set1_host(s->ssl, name) != 1))
+	/* A chain checked with no name checked would take any certificate its CAs signed. */
+	if (!name && (SSL_CTX_get_verify_mode(s->ctx->ssl) & SSL_VERIFY_PEER))
+		return -EINVAL;
+	if (name && expect_name(s->ssl, name) != 0)
 		return -ENOMEM;
 	SSL_SESSION *sess = perch__tls_ctx_cached(s->ctx, name);
 	if (sess) {
@@ -252,6 +276,38 @@ void perch_tls_free(struct perch_tls *t)
 	perch_tls_ctx_free(s->sni_ctx);
 	perch_tls_ctx_free(s->ctx);
 	perch__conn_unref(s->plain);
+}
+
+void perch__tls_run_after(struct perch_tls *s)
+{
+	void (*after)(void *) = s->after;
+	void *arg = s->after_arg;
+	if (!after)
+		return;
+	s->after = NULL;
+	bool timer_held = s->after_timer;
+	s->after_timer = false;
+	if (perch_timer_is_armed(&s->timer))
+		perch_timer_stop(&s->timer);
+	after(arg);
+	if (timer_held)
+		perch__conn_unref(s->plain);   /* the timer's, last: s may go with it */
+}
+
+void perch__tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg)
+{
+	bool wait = s->cout_flushing;   /* its completion holds the session */
+	perch_tls_free(s);
+	if (!wait) {
+		after(arg);
+		return;
+	}
+	s->after = after;
+	s->after_arg = arg;
+	perch__conn_ref(s->plain);   /* the timer's */
+	s->after_timer = true;
+	if (perch_timer_start(&s->timer, PERCH__TLS_END_MS) != 0)
+		perch__tls_run_after(s);
 }
 
 /* ---- what a session says ---- */

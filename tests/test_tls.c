@@ -454,6 +454,16 @@ static void a_client_refuses_a_certificate_for_another_name(void **state)
 	pair_free(p);
 }
 
+static void a_client_checks_an_address_against_the_certificates_ip_names(void **state)
+{
+	struct pair *p = pair_new("server", "ca.pem", "127.0.0.1");   /* the certificate names IP 127.0.0.1 */
+	assert_true(turn_until(p->loop, both_established, p));
+	pair_free(p);
+	p = pair_new("server", "ca.pem", "127.0.0.2");
+	expect_client_verify_failure(p, "IP address mismatch");
+	pair_free(p);
+}
+
 static void a_second_session_resumes_with_the_first_ones_ticket(void **state)
 {
 	struct pair *p = pair_new("server", "ca.pem", "localhost");
@@ -876,6 +886,22 @@ static void bad_contexts_are_refused_saying_why(void **state)
 	/* A session refuses NULLs and frees what it was given. */
 	struct perch_tls *t;
 	assert_int_equal(perch_tls_new(NULL, NULL, NULL, NULL, NULL, &t), -EINVAL);
+	/* A client that verifies must be told which name to check (ASan sees the pipes freed). */
+	struct perch_tls_ctx *cctx = client_ctx("ca.pem", NULL);
+	struct perch_loop *loop;
+	assert_int_equal(perch_loop_new(NULL, &loop), 0);
+	struct perch_pipe_reader *r;
+	struct perch_pipe_writer *w;
+	assert_int_equal(perch_pipe_new(NULL, &r, &w), 0);
+	assert_int_equal(perch_tls_new(cctx, loop, r, w, NULL, &t), -EINVAL);
+	perch_tls_ctx_free(cctx);
+	perch_loop_free(loop);
+	/* The first error says why: a key given as the certificate has "no start line". */
+	o = (struct perch_tls_ctx_opts){.role = PERCH_TLS_SERVER, .cert_file = cert("server.key"),
+					.key_file = cert("server.key")};
+	assert_int_equal(perch_tls_ctx_new(&o, &ctx, why, sizeof(why)), -EINVAL);
+	if (!strstr(why, "no start line"))
+		fail_msg("why: %s", why);
 }
 
 static void make_certs(void)
@@ -914,6 +940,7 @@ int main(void)
 		cmocka_unit_test(a_client_trusting_another_ca_refuses_the_server),
 		cmocka_unit_test(a_client_refuses_an_expired_certificate),
 		cmocka_unit_test(a_client_refuses_a_certificate_for_another_name),
+		cmocka_unit_test(a_client_checks_an_address_against_the_certificates_ip_names),
 		cmocka_unit_test(a_second_session_resumes_with_the_first_ones_ticket),
 		cmocka_unit_test(a_server_picks_its_context_by_the_name_asked_for),
 		cmocka_unit_test(a_reader_that_never_reads_holds_the_writer_back),

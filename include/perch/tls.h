@@ -80,7 +80,12 @@ PERCH_API void perch_tls_ctx_free(struct perch_tls_ctx *ctx);
 
 /* Options of one session; zeroed (or NULL) means every default. */
 struct perch_tls_opts {
-	const char *server_name;   /* a client's SNI and the name its peer's certificate must bear */
+	/*
+	 * A client's SNI and the name its peer's certificate must bear; an
+	 * address (numeric IPv4 or IPv6) is checked against the
+	 * certificate's IP names instead, and sends no SNI.
+	 */
+	const char *server_name;
 	unsigned handshake_ms;     /* the handshake's deadline; 0: 10 s */
 	size_t pause_bytes;        /* decrypted bytes unread at which decryption pauses; 0: 64 KiB */
 };
@@ -120,9 +125,11 @@ PERCH_API struct perch_pipe_writer *perch_tls_writer(struct perch_tls *t);
  * Ends the session: a parked plaintext read is taken back (its task
  * completes with -ECANCELED) and a parked flush fails (-EPIPE), both
  * inside this call, and both pairs are
- * freed. No close_notify is sent (complete the writer for that, and wait
- * for its flush). On the loop's thread, or any thread while the loop is
- * not running. NULL is ignored.
+ * freed. No close_notify is sent by this call: flush what was written,
+ * then complete the plaintext writer (close_notify follows what was
+ * flushed). On the loop's thread, or any thread while the loop is not
+ * running; while the loop still turns (a kick it posted holds the
+ * session until it runs). NULL is ignored.
  */
 PERCH_API void perch_tls_free(struct perch_tls *t);
 
