@@ -1,4 +1,5 @@
 /* pipes/server.c: the server scaffold: a loop per thread, each listening on the shared address, and the graceful stop. */
+#include "atomic.h"
 #include "server_internal.h"
 
 #include <errno.h>
@@ -192,7 +193,8 @@ static void server_free(struct perch_server *srv)
 		perch_loop_free(srv->wk[i].loop); /* never ran: any thread may free it, its listener with it */
 	pthread_mutex_destroy(&srv->mu);
 	pthread_cond_destroy(&srv->stop_cond);
-	perch_tls_ctx_free(srv->opts.tls);
+	if (srv->opts.tls)
+		perch__tls_hooks_get()->ctx_free(srv->opts.tls);
 	free(srv);
 }
 
@@ -219,17 +221,31 @@ static struct perch_server *server_new(const struct perch_server_opts *o)
 		return NULL;
 	}
 	if (o->tls)
-		perch__tls_ctx_ref(o->tls);
+		perch__tls_hooks_get()->ctx_ref(o->tls);
 	return srv;
 }
 
-/* A TLS context must be a server's, and TLS built in. */
+static const struct perch__tls_hooks *tls_hooks;
+
+const struct perch__tls_hooks *perch__tls_hooks_get(void)
+{
+	return perch__load_ptr((void *const *)&tls_hooks);
+}
+
+void perch__tls_hooks_set(const struct perch__tls_hooks *hooks)
+{
+	perch__store_ptr((void **)&tls_hooks, (void *)hooks);
+}
+
+/* A TLS context must be a server's; without the table no context was ever made (or TLS is not built). */
 static int tls_usable(const struct perch_tls_ctx *ctx)
 {
 	if (!ctx)
 		return 0;
-	int role = perch__tls_ctx_role(ctx);
-	return role < 0 ? role : role == PERCH_TLS_SERVER ? 0 : -EINVAL;
+	const struct perch__tls_hooks *h = perch__tls_hooks_get();
+	if (!h)
+		return -EOPNOTSUPP;
+	return h->ctx_role(ctx) == PERCH_TLS_SERVER ? 0 : -EINVAL;
 }
 
 int perch_server_start(const struct perch_server_opts *opts, struct perch_server **out)

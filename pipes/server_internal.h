@@ -66,12 +66,29 @@ void perch__session_stop_all(struct perch__server_worker *wk);
 /* Cuts every open session of wk with a reset, ending what its close does not. Loop thread. */
 void perch__session_abort_all(struct perch__server_worker *wk);
 
-/* A context's role (PERCH_TLS_SERVER, PERCH_TLS_CLIENT), -EOPNOTSUPP without TLS (pipes/tls_ctx.c). */
-int perch__tls_ctx_role(const struct perch_tls_ctx *ctx);
-/* Takes a reference on a context (pipes/tls_ctx.c). */
-void perch__tls_ctx_ref(struct perch_tls_ctx *ctx);
-/* perch_tls_free, then after(arg) once its close_notify was flushed (pipes/tls_session.c). */
-void perch__tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg);
+/*
+ * The TLS layer's calls the scaffold makes, reached through this table
+ * so that a program that never makes a TLS context links no TLS (nor
+ * OpenSSL): perch_tls_ctx_new sets it (pipes/tls_ctx.c), and a server
+ * given a context finds it set. NULL until then.
+ */
+struct perch__tls_hooks {
+	int (*ctx_role)(const struct perch_tls_ctx *ctx);  /* PERCH_TLS_SERVER or PERCH_TLS_CLIENT */
+	void (*ctx_ref)(struct perch_tls_ctx *ctx);
+	void (*ctx_free)(struct perch_tls_ctx *ctx);
+	int (*session_new)(struct perch_tls_ctx *ctx, struct perch_loop *loop, struct perch_pipe_reader *r,
+			   struct perch_pipe_writer *w, const struct perch_tls_opts *opts, struct perch_tls **out);
+	struct perch_pipe_reader *(*reader)(struct perch_tls *t);
+	struct perch_pipe_writer *(*writer)(struct perch_tls *t);
+	void (*free)(struct perch_tls *t);
+	/* perch_tls_free, then after(arg) once its close_notify was flushed (pipes/tls_session.c). */
+	void (*end)(struct perch_tls *t, void (*after)(void *arg), void *arg);
+};
+
+/* Any thread: the table, or NULL before any TLS context was made. */
+const struct perch__tls_hooks *perch__tls_hooks_get(void);
+/* Sets it (perch_tls_ctx_new, every time: the same table). */
+void perch__tls_hooks_set(const struct perch__tls_hooks *hooks);
 
 /* A session of wk ended: stops the loop once the last one ends during a stop. Loop thread. */
 void perch__server_session_ended(struct perch__server_worker *wk);

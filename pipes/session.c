@@ -63,10 +63,11 @@ static void session_close_tls(struct perch_session *s, enum perch_session_end_ho
 	const struct perch_server_opts *o = &s->wk->srv->opts;
 	if (how == PERCH_SESSION_ABORT) {
 		perch_conn_abort(s->c);
-		perch_tls_free(s->tls);
+		perch__tls_hooks_get()->free(s->tls);
 	} else {
 		perch_pipe_writer_complete(s->w);
-		perch__tls_end(s->tls, how == PERCH_SESSION_LINGER ? linger_after_tls : close_after_tls, s->c);
+		perch__tls_hooks_get()->end(s->tls, how == PERCH_SESSION_LINGER ? linger_after_tls : close_after_tls,
+					    s->c);
 	}
 	if (o->fini)
 		o->fini(s, o->app);
@@ -157,9 +158,10 @@ static int session_pipes(struct perch_session *s, struct perch_conn *c, struct p
 		perch_pipe_reader_free(s->r);
 	if (rc != 0 || !tls)
 		return rc;
-	rc = perch_tls_new(tls, s->wk->loop, s->r, s->w, NULL, &s->tls);   /* takes them */
-	s->r = rc == 0 ? perch_tls_reader(s->tls) : NULL;
-	s->w = rc == 0 ? perch_tls_writer(s->tls) : NULL;
+	const struct perch__tls_hooks *h = perch__tls_hooks_get();   /* set: the server checked at its start */
+	rc = h->session_new(tls, s->wk->loop, s->r, s->w, NULL, &s->tls);   /* takes them */
+	s->r = rc == 0 ? h->reader(s->tls) : NULL;
+	s->w = rc == 0 ? h->writer(s->tls) : NULL;
 	return rc;
 }
 

@@ -5,10 +5,6 @@
 
 #include <perch/tls.h>
 
-/* The server scaffold's internal calls (pipes/server_internal.h). */
-int perch__tls_ctx_role(const struct perch_tls_ctx *ctx);
-void perch__tls_ctx_ref(struct perch_tls_ctx *ctx);
-
 int perch_tls_ctx_new(const struct perch_tls_ctx_opts *opts, struct perch_tls_ctx **out, char *why,
 		      size_t why_len)
 {
@@ -18,15 +14,6 @@ int perch_tls_ctx_new(const struct perch_tls_ctx_opts *opts, struct perch_tls_ct
 }
 
 void perch_tls_ctx_free(struct perch_tls_ctx *ctx)
-{
-}
-
-int perch__tls_ctx_role(const struct perch_tls_ctx *ctx)
-{
-	return -EOPNOTSUPP;
-}
-
-void perch__tls_ctx_ref(struct perch_tls_ctx *ctx)
 {
 }
 
@@ -53,11 +40,6 @@ void perch_tls_free(struct perch_tls *t)
 {
 }
 
-void perch__tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg);
-void perch__tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg)
-{
-	after(arg);
-}
 
 const char *perch_tls_alpn(const struct perch_tls *t)
 {

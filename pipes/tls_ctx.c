@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "atomic.h"
+#include "server_internal.h"
 #include "tls_internal.h"
 
 #define ALPN_MAX 255u
@@ -38,10 +39,21 @@ void perch__tls_ctx_ref(struct perch_tls_ctx *ctx)
 	perch__faa_u32(&ctx->refs, 1);
 }
 
-int perch__tls_ctx_role(const struct perch_tls_ctx *ctx)
+static int ctx_role(const struct perch_tls_ctx *ctx)
 {
 	return ctx->role;
 }
+
+static const struct perch__tls_hooks hooks = {
+	.ctx_role = ctx_role,
+	.ctx_ref = perch__tls_ctx_ref,
+	.ctx_free = perch_tls_ctx_free,
+	.session_new = perch_tls_new,
+	.reader = perch_tls_reader,
+	.writer = perch_tls_writer,
+	.free = perch_tls_free,
+	.end = perch__tls_end,
+};
 
 void perch_tls_ctx_free(struct perch_tls_ctx *ctx)
 {
@@ -289,6 +301,7 @@ int perch_tls_ctx_new(const struct perch_tls_ctx_opts *o, struct perch_tls_ctx *
 	struct perch_tls_ctx *ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
 		return -ENOMEM;
+	perch__tls_hooks_set(&hooks);   /* the server scaffold reaches the layer through it */
 	ctx->refs = 1;
 	ctx->role = o->role;
 	pthread_mutex_init(&ctx->cache_lock, NULL);
