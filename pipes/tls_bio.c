@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <perch/segs.h>
 
+#include "invariant.h"
 #include "tls_internal.h"
 
 /*
@@ -17,9 +18,17 @@
  */
 
 /* An empty result (a cancel's) is advanced past at once, so that the engine parks the next read. */
+/* The engine holds the result and parks no read meanwhile: the advance cannot be refused. */
+static void cin_advance(struct perch_tls *s, size_t n)
+{
+	int rc = perch_pipe_advance_to(s->cr, n, n);
+	PERCH_ASSERT(rc == 0);
+	(void)rc;
+}
+
 static int cin_skip(struct perch_tls *s)
 {
-	perch_pipe_advance_to(s->cr, 0, 0);
+	cin_advance(s, 0);
 	s->cin_have = false;
 	return -EAGAIN;
 }
@@ -28,7 +37,7 @@ static int cin_skip(struct perch_tls *s)
 static int next_result(struct perch_tls *s)
 {
 	if (s->cin_have) {
-		perch_pipe_advance_to(s->cr, s->cin.len, s->cin.len);
+		cin_advance(s, s->cin.len);
 		s->cin_have = false;
 	}
 	if (s->cin_eof || s->io_error)

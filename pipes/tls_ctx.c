@@ -304,7 +304,11 @@ int perch_tls_ctx_new(const struct perch_tls_ctx_opts *o, struct perch_tls_ctx *
 	perch__tls_hooks_set(&hooks);   /* the server scaffold reaches the layer through it */
 	ctx->refs = 1;
 	ctx->role = o->role;
-	pthread_mutex_init(&ctx->cache_lock, NULL);
+	/* Default attributes: glibc does not fail this, but a libc may (ENOMEM). */
+	if (pthread_mutex_init(&ctx->cache_lock, NULL) != 0) {
+		free(ctx);
+		return say(why, why_len, -ENOMEM, "pthread_mutex_init");
+	}
 	ctx->ssl = SSL_CTX_new(o->role == PERCH_TLS_SERVER ? TLS_server_method() : TLS_client_method());
 	int rc = ctx->ssl ? configure_ctx(ctx, o, why, why_len) : say(why, why_len, -ENOMEM, "SSL_CTX_new");
 	if (rc) {
