@@ -61,12 +61,14 @@ runnable() {
 
 # ---- servers ----
 
+# nginx_conf NAME PORT [TLS-LINES]: one worker, no logging, keep-alive without a request limit, one fixed body
+# (the same work as perch httpd's plaintext route), in TMP/NAME-PORT.conf; TLS-LINES make the listener TLS.
 nginx_conf() {
-	cat >"$TMP/nginx-$1.conf" <<EOF
-# One worker, no logging, keep-alive without a request limit, one fixed body: the same work as perch httpd's plaintext route.
+	local listen="listen 127.0.0.1:$2${3:+ ssl}"
+	cat >"$TMP/$1-$2.conf" <<EOF
 worker_processes 1;
 daemon off;
-pid $TMP/nginx-$1.pid;
+pid $TMP/$1-$2.pid;
 worker_rlimit_nofile 32768;
 events { worker_connections 16384; }
 http {
@@ -76,38 +78,18 @@ http {
 	keepalive_timeout 60s;
 	client_body_temp_path $TMP/nginx-body;
 	server {
-		listen 127.0.0.1:$1;
+		$listen;${3:+
+$3}
 		location / { return 200 "Hello, World!"; }
 	}
 }
 EOF
 }
 
-# As nginx_conf, over TLS: perch's certificate, TLS 1.2 and 1.3, a session cache and tickets (resumption).
-nginx_tls_conf() {
-	cat >"$TMP/nginx-tls-$1.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $TMP/nginx-tls-$1.pid;
-worker_rlimit_nofile 32768;
-events { worker_connections 16384; }
-http {
-	access_log off;
-	default_type text/plain;
-	keepalive_requests 100000000;
-	keepalive_timeout 60s;
-	client_body_temp_path $TMP/nginx-body;
-	server {
-		listen 127.0.0.1:$1 ssl;
-		ssl_certificate $TMP/certs/server.pem;
-		ssl_certificate_key $TMP/certs/server.key;
-		ssl_protocols TLSv1.2 TLSv1.3;
-		ssl_session_cache shared:SSL:10m;
-		ssl_session_tickets on;
-		location / { return 200 "Hello, World!"; }
-	}
-}
-EOF
+# The TLS listener's lines: perch's certificate, TLS 1.2 and 1.3, a session cache and tickets (resumption).
+nginx_tls_lines() {
+	printf '\t\t%s\n' "ssl_certificate $TMP/certs/server.pem;" "ssl_certificate_key $TMP/certs/server.key;" \
+		"ssl_protocols TLSv1.2 TLSv1.3;" "ssl_session_cache shared:SSL:10m;" "ssl_session_tickets on;"
 }
 
 # Whether the server just started accepts: a TCP connect to its port, or a round trip on its Unix socket.
@@ -127,9 +109,9 @@ start_server() {
 	cmd=${cmd//\{unix\}/$UNIX_TARGET}
 	cmd=${cmd//\{dir\}/$TMP}
 	if [[ $cmd == *nginx-tls-* ]]; then
-		nginx_tls_conf "$port"
+		nginx_conf nginx-tls "$port" "$(nginx_tls_lines)"
 	elif [[ $cmd == nginx* ]]; then
-		nginx_conf "$port"
+		nginx_conf nginx "$port"
 	fi
 	# With a quota (quota.sh) the subshell joins the cgroup before the exec, so the server's threads and children are in it.
 	(
