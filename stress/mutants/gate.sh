@@ -139,13 +139,21 @@ asan_build() {
 run_test() {
 	local dir=${3:-$scratch/b}
 	set +e
-	if ! make -C "$dir" -j"$jobs" "$1" >"$scratch/build.log" 2>&1; then
+	# A second try, alone: a build that fails once and then succeeds was
+	# the machine's trouble (a killed compiler), not the mutant's verdict.
+	if ! make -C "$dir" -j"$jobs" "$1" >"$scratch/build.log" 2>&1 &&
+	   ! make -C "$dir" "$1" >>"$scratch/build.log" 2>&1; then
 		test_rc=255
 	else
 		PERCH_TEST_FILTER=${2:-} timeout "$test_limit" "$dir/$1" >"$scratch/run.log" 2>&1
 		test_rc=$?
 	fi
 	set -e
+}
+
+# The first error line of the last build, or its last line.
+build_error() {
+	grep -m1 -E ': (fatal )?error:|Killed|No space|Error [0-9]' "$scratch/build.log" || tail -n 1 "$scratch/build.log"
 }
 
 # What the failing cmocka run said: its failed tests and first error line.
@@ -176,7 +184,7 @@ judge_by_test() {
 	local name=$1 dir=$2 sanitizer=$3 program=$4 filter=${5:-} how
 	run_test "$program" "$filter" "$dir"
 	if [ "$test_rc" -eq 255 ]; then
-		printf '%-50s %s\n' "$name" "DOES NOT BUILD"; return 1
+		printf '%-50s %s: %s\n' "$name" "DOES NOT BUILD" "$(build_error)"; return 1
 	fi
 	if [ "$test_rc" -eq 0 ] && [ -n "$filter" ]; then
 		run_test "$program" "" "$dir" # the named test missed it: try the whole program
@@ -301,8 +309,8 @@ judge_one() {
 	elif [ -n "$by_asan_test" ]; then
 		# shellcheck disable=SC2086
 		judge_by_test "$name" "$(asan_build)" 1 $by_asan_test || rc=1
-	elif ! build_suite; then
-		printf '%-50s %s\n' "$name" "DOES NOT BUILD"; rc=1
+	elif ! build_suite && ! build_suite; then
+		printf '%-50s %s: %s\n' "$name" "DOES NOT BUILD" "$(build_error)"; rc=1
 	else
 		judge_by_races "$name" "$patch" || rc=1
 	fi
