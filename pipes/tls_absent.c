@@ -40,6 +40,10 @@ void perch_tls_free(struct perch_tls *t)
 {
 }
 
+/* No session exists without OpenSSL: there is nothing to end. */
+void perch_tls_end(struct perch_tls *t, void (*after)(void *arg), void *arg)
+{
+}
 
 const char *perch_tls_alpn(const struct perch_tls *t)
 {

@@ -52,7 +52,7 @@ static const struct perch__tls_hooks hooks = {
 	.reader = perch_tls_reader,
 	.writer = perch_tls_writer,
 	.free = perch_tls_free,
-	.end = perch__tls_end,
+	.end = perch_tls_end,
 };
 
 void perch_tls_ctx_free(struct perch_tls_ctx *ctx)

@@ -64,7 +64,7 @@ struct perch_tls {
 	enum tls_state state;
 	bool running, again, in_send, freed;
 	bool timer_started, fail_unreported;
-	bool after_timer;                /* the timer holds a reference for perch__tls_end */
+	bool after_timer;                /* the timer holds a reference for perch_tls_end */
 	bool cin_have, cin_parked, cin_eof;
 	bool cout_flushing;
 	bool want_input;                 /* OpenSSL asked for ciphertext it lacked */
@@ -82,7 +82,7 @@ struct perch_tls {
 	size_t pause, resume;
 	unsigned handshake_ms;
 	struct perch_timer timer;
-	void (*after)(void *arg);        /* perch__tls_end's: once the last ciphertext flush ended */
+	void (*after)(void *arg);        /* perch_tls_end's: once the last ciphertext flush ended */
 	void *after_arg;
 	int path;
 	char path_why[96];               /* why the records take that path (perch_tls_path_reason) */
@@ -100,16 +100,6 @@ SSL_SESSION *perch__tls_ctx_cached(struct perch_tls_ctx *ctx, const char *name);
 BIO *perch__tls_bio_new(struct perch_tls *s);
 
 /* ---- pipes/tls_session.c ---- */
-/* How long perch__tls_end waits for the last ciphertext flush (close_notify) before going on. */
-#define PERCH__TLS_END_MS 1000u
-/*
- * perch_tls_free, then after(arg) on the loop thread once the ciphertext
- * flush still under way (close_notify, say) completed, or at once when
- * none is, or PERCH__TLS_END_MS later at most: the socket's close comes
- * after it, not over it (a close cancels an io_uring send in flight; a
- * flush in progress makes a linger's shutdown refuse). Loop thread.
- */
-void perch__tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg);
 /* The session was freed and its last ciphertext flush ended (or its time ran out): after() runs. */
 void perch__tls_run_after(struct perch_tls *s);
 /* Runs the engine now (loop thread, not inside tls_ops.send) or posts a kick. Any thread. */

@@ -127,7 +127,7 @@ static const struct perch__transport_ops tls_ops = {
 
 /* ---- handshake deadline ---- */
 
-/* The session's one timer: the handshake's deadline, then perch__tls_end's. */
+/* The session's one timer: the handshake's deadline, then perch_tls_end's. */
 static void handshake_late(struct perch_timer *t, void *arg)
 {
 	struct perch_tls *s = arg;
@@ -294,8 +294,10 @@ void perch__tls_run_after(struct perch_tls *s)
 		perch__conn_unref(s->plain);   /* the timer's, last: s may go with it */
 }
 
-void perch__tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg)
+void perch_tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg)
 {
+	if (!s)
+		return;
 	bool wait = s->cout_flushing;   /* its completion holds the session */
 	perch_tls_free(s);
 	if (!wait) {
@@ -306,7 +308,7 @@ void perch__tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg)
 	s->after_arg = arg;
 	perch__conn_ref(s->plain);   /* the timer's */
 	s->after_timer = true;
-	if (perch_timer_start(&s->timer, PERCH__TLS_END_MS) != 0)
+	if (perch_timer_start(&s->timer, PERCH_TLS_END_MS) != 0)
 		perch__tls_run_after(s);
 }
 

@@ -133,6 +133,20 @@ PERCH_API struct perch_pipe_writer *perch_tls_writer(struct perch_tls *t);
  */
 PERCH_API void perch_tls_free(struct perch_tls *t);
 
+/* How long perch_tls_end waits at most for the last ciphertext flush. */
+#define PERCH_TLS_END_MS 1000u
+
+/*
+ * perch_tls_free, then after(arg) on the loop's thread once the
+ * ciphertext flush still under way (the close_notify a completed
+ * plaintext writer sent, say) ended, at once when none is, or
+ * PERCH_TLS_END_MS later at most: close the connection in after(), so
+ * that the close comes after close_notify, not over it (a close cancels
+ * an io_uring send in flight). after(arg) may run inside this call. Loop
+ * thread. NULL is ignored (after is not called).
+ */
+PERCH_API void perch_tls_end(struct perch_tls *t, void (*after)(void *arg), void *arg);
+
 /* After the handshake (loop thread, or once it completed): what was agreed. NULL before it. */
 PERCH_API const char *perch_tls_alpn(const struct perch_tls *t);
 PERCH_API const char *perch_tls_version(const struct perch_tls *t);
