@@ -152,8 +152,13 @@ void serve_opts_default(struct serve_opts *o)
 				  .stop_deadline_ms = SERVE_STOP_DEADLINE_MS };
 }
 
-/* Set when the TLS context could not be made (and said why): serve_main adds nothing to it. */
-static bool tls_refused;
+/* Set when a start failed and said why (serve_said_why): serve_main adds nothing to it. */
+static bool start_said_why;
+
+void serve_said_why(void)
+{
+	start_said_why = true;
+}
 
 /* The server's TLS context when a certificate is given (NULL otherwise); says why it cannot be made. */
 static int serve_tls_ctx(const struct serve_opts *o, const struct serve_proto *proto,
@@ -164,16 +169,17 @@ static int serve_tls_ctx(const struct serve_opts *o, const struct serve_proto *p
 		return 0;
 	if (!o->tls_cert || !o->tls_key) {
 		fprintf(stderr, "tls: a certificate needs its key: give --tls-cert and --tls-key\n");
-		tls_refused = true;
+		serve_said_why();
 		return -EINVAL;
 	}
 	struct perch_tls_ctx_opts to = { .role = PERCH_TLS_SERVER, .cert_file = o->tls_cert,
 					 .key_file = o->tls_key, .alpn = proto->alpn };
 	char why[256];
 	int rc = perch_tls_ctx_new(&to, out, why, sizeof(why));
-	if (rc != 0)
+	if (rc != 0) {
 		fprintf(stderr, "tls: %s\n", why);
-	tls_refused = rc != 0;
+		serve_said_why();
+	}
 	return rc;
 }
 
@@ -522,7 +528,7 @@ int serve_main(int argc, char **argv, const char *prog, serve_start_fn start, se
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	struct serve *srv;
 	rc = start(&o, &srv);
-	if (rc != 0 && tls_refused)
+	if (rc != 0 && start_said_why)
 		return 1;   /* the line saying why was written */
 	if (rc != 0) {
 		/* A loop refused before any listen: the backend named in the environment is the usual cause. */

@@ -172,6 +172,9 @@ void *serve_app(const struct serve *s);
 typedef int (*serve_start_fn)(const struct serve_opts *o, struct serve **out);
 typedef void (*serve_stop_fn)(struct serve *s);
 
+/* A start that fails after saying why on stderr calls it: serve_main then adds no line of its own. */
+void serve_said_why(void);
+
 /*
  * A server's main: parses the command line, starts it with SIGINT and
  * SIGTERM blocked in every thread, prints "PROG: listening on HOST:PORT, N
