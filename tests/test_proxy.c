@@ -1,4 +1,4 @@
-/* tests/test_proxy.c: examples/proxy in-process, in front of the echo example or of a socket the test accepts itself: bytes both ways, half-closes passed on each way, resets, a refused upstream, a client that does not read, and no fd left after stop. */
+/* tests/test_proxy.c: examples/proxy in-process, in front of the echo example (plain or TLS) or of a socket the test accepts itself: bytes both ways, half-closes passed on each way, resets, a refused upstream, a client that does not read, and no fd left after stop. */
 #include "config.h"
 
 #include <pthread.h>
@@ -11,6 +11,9 @@
 #include "echo.h"
 #include "proxy.h"
 #include "server_util.h"
+#if PERCH_HAVE_TLS
+#include "tls_test_certs.h"
+#endif
 
 /* The proxy, and what it connects to: the echo example, or a listener the test accepts from. */
 struct fx {
@@ -716,6 +719,123 @@ static void a_session_moving_bytes_outlives_the_idle_timeout(void **state)
 	close(fd);
 }
 
+#if PERCH_HAVE_TLS
+/*
+ * The echo example speaking TLS (tests/tls_certs.sh's server certificate)
+ * behind a proxy --to-tls whose CAs are `ca` and whose name for the
+ * upstream is `name` ("": the address, 127.0.0.1, among its IP names).
+ */
+static int tls_upstream(void **state, const char *ca, const char *name)
+{
+	struct fx *f = *state = fx_new();
+	struct serve_opts o;
+	serve_opts_default(&o);
+	o.tls_cert = cert("server.pem");
+	o.tls_key = cert("server.key");
+	f->echo = su_start_opts(echo_start, echo_stop, &o);
+	if (!f->echo)
+		return -1;
+	serve_opts_default(&o);
+	struct proxy_target to = { .host = "127.0.0.1", .port = f->echo->port, .tls = true, .ca_file = cert(ca) };
+	snprintf(to.name, sizeof(to.name), "%s", name);
+	if (proxy_start(&o, &to, &f->proxy) != 0)
+		return -1;
+	f->port = serve_port(f->proxy);
+	return 0;
+}
+
+static int setup_tls_echo(void **state)
+{
+	return tls_upstream(state, "ca.pem", "");
+}
+
+static int setup_tls_echo_named(void **state)
+{
+	return tls_upstream(state, "ca.pem", "localhost");
+}
+
+static int setup_tls_other_ca(void **state)
+{
+	return tls_upstream(state, "other-ca.pem", "");
+}
+
+static int setup_tls_other_name(void **state)
+{
+	return tls_upstream(state, "ca.pem", "other.test");
+}
+
+/*
+ * A plain client through proxy --to-tls to a TLS echo: its bytes come
+ * back, and its half-close goes up as close_notify (a FIN under the TLS
+ * stream would be a truncation, and the echo would reset), the echo's
+ * close_notify comes back as a clean end.
+ */
+static void a_tls_upstream_gets_bytes_and_each_end_as_close_notify(void **state)
+{
+	struct fx *f = *state;
+	int cl = su_connect(f->port);
+	assert_true(cl >= 0);
+	char got[64];
+	assert_true(su_send_str(cl, "through tls"));
+	assert_true(su_recv_all(cl, got, 11));
+	assert_memory_equal(got, "through tls", 11);
+	assert_true(su_send_str(cl, "and the end"));
+	assert_int_equal(shutdown(cl, SHUT_WR), 0);
+	assert_true(su_recv_all(cl, got, 11));
+	assert_memory_equal(got, "and the end", 11);
+	assert_true(reads_eof(cl));
+	close(cl);
+}
+
+/* The same with the upstream's name given (--to-name localhost): checked, and sent as SNI. */
+static void a_tls_upstream_checked_by_name_gets_each_end_as_close_notify(void **state)
+{
+	a_tls_upstream_gets_bytes_and_each_end_as_close_notify(state);
+}
+
+/* 8 MiB out while this thread reads it back, encrypted to the echo and decrypted back. */
+static void a_stream_passes_a_tls_upstream_both_ways_whole(void **state)
+{
+	su_echo_stream(((struct fx *)*state)->port, 8u << 20);
+}
+
+/* The upstream's certificate is not one the proxy's CAs vouch for, or not for its name: the client is reset. */
+static void upstream_certificate_refused(void **state)
+{
+	struct fx *f = *state;
+	for (int i = 0; i < 2; i++) {
+		int cl = su_connect(f->port);
+		assert_true(cl >= 0);
+		assert_true(su_send_str(cl, "secret"));
+		assert_true(reads_reset(cl));
+		close(cl);
+	}
+}
+
+static void an_upstream_certificate_from_another_ca_resets_the_client(void **state)
+{
+	upstream_certificate_refused(state);
+}
+
+static void an_upstream_certificate_for_another_name_resets_the_client(void **state)
+{
+	upstream_certificate_refused(state);
+}
+
+/* --to-tls to a Unix socket needs a name to check; a CA file that is not there fails the start. */
+static void tls_targets_are_refused_without_a_name_or_with_a_missing_ca(void **state)
+{
+	struct serve_opts o;
+	serve_opts_default(&o);
+	struct proxy_target to = { .unix_name = "@perch-test-proxy", .tls = true };
+	struct serve *s = NULL;
+	assert_int_equal(proxy_start(&o, &to, &s), -EINVAL);
+	struct proxy_target tcp = { .host = "127.0.0.1", .port = 9, .tls = true, .ca_file = "/nonexistent/ca.pem" };
+	assert_int_not_equal(proxy_start(&o, &tcp, &s), 0);
+	assert_null(s);
+}
+#endif
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -761,6 +881,26 @@ int main(void)
 						setup_echo_idle_long, teardown),
 		cmocka_unit_test(unix_and_tcp_prefixed_targets_parse),
 		cmocka_unit_test(a_proxy_to_a_unix_socket_upstream_passes_bytes_both_ways),
+#if PERCH_HAVE_TLS
+		cmocka_unit_test_setup_teardown(a_tls_upstream_gets_bytes_and_each_end_as_close_notify,
+						setup_tls_echo, teardown),
+		cmocka_unit_test_setup_teardown(a_tls_upstream_checked_by_name_gets_each_end_as_close_notify,
+						setup_tls_echo_named, teardown),
+		cmocka_unit_test_setup_teardown(a_stream_passes_a_tls_upstream_both_ways_whole, setup_tls_echo,
+						teardown),
+		cmocka_unit_test_setup_teardown(an_upstream_certificate_from_another_ca_resets_the_client,
+						setup_tls_other_ca, teardown),
+		cmocka_unit_test_setup_teardown(an_upstream_certificate_for_another_name_resets_the_client,
+						setup_tls_other_name, teardown),
+		cmocka_unit_test(tls_targets_are_refused_without_a_name_or_with_a_missing_ca),
+#endif
 	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
+#if PERCH_HAVE_TLS
+	make_certs();
+#endif
+	int failed = cmocka_run_group_tests(tests, NULL, NULL);
+#if PERCH_HAVE_TLS
+	remove_certs();
+#endif
+	return failed;
 }

@@ -15,18 +15,9 @@
 #include <perch/tls.h>
 
 #include "both_backends.h"
+#include "tls_test_certs.h"
 
 static int backend;
-static char certs[64];   /* the throwaway CA and certificates (tests/tls_certs.sh) */
-
-static const char *cert(const char *name)
-{
-	static char paths[8][128];
-	static int next;
-	char *p = paths[next++ % 8];
-	snprintf(p, 128, "%s/%s", certs, name);
-	return p;
-}
 
 /* A client and a server session over two in-memory pipes, on one loop the test thread turns. */
 struct pair {
@@ -902,27 +893,6 @@ static void bad_contexts_are_refused_saying_why(void **state)
 	assert_int_equal(perch_tls_ctx_new(&o, &ctx, why, sizeof(why)), -EINVAL);
 	if (!strstr(why, "no start line"))
 		fail_msg("why: %s", why);
-}
-
-static void make_certs(void)
-{
-	snprintf(certs, sizeof(certs), "/tmp/perch-tls-XXXXXX");
-	if (!mkdtemp(certs))
-		abort();
-	char cmd[256];
-	snprintf(cmd, sizeof(cmd), "sh %s %s", TLS_CERTS_SCRIPT, certs);
-	if (system(cmd) != 0) {
-		fprintf(stderr, "test_tls: %s failed\n", cmd);
-		exit(1);
-	}
-}
-
-static void remove_certs(void)
-{
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", certs);
-	if (system(cmd) != 0)
-		fprintf(stderr, "test_tls: could not remove %s\n", certs);
 }
 
 int main(void)

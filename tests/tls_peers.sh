@@ -66,18 +66,25 @@ stop() {
 	pids=()
 }
 
-# Python's ssl as a client: sends BYTES through host:port and checks they come back whole.
+# echo_through PORT BYTES [plain]: sends BYTES through 127.0.0.1:PORT (over Python's ssl,
+# or plain TCP) and checks they come back whole; plain half-closes after them and needs a
+# clean end after the last byte (the end passed on both ways).
 echo_through() {
-	timeout 60 python3 - "$1" "$2" "$C/ca.pem" <<'PY'
+	timeout 60 python3 - "$1" "$2" "$C/ca.pem" "${3:-tls}" <<'PY'
 import os, socket, ssl, sys, threading
-port, n, ca = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-ctx = ssl.create_default_context(cafile=ca)
-s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="localhost")
+port, n, ca, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+s = socket.create_connection(("127.0.0.1", port))
+if mode == "tls":
+    s = ssl.create_default_context(cafile=ca).wrap_socket(s, server_hostname="localhost")
 data = os.urandom(n)
-t = threading.Thread(target=s.sendall, args=(data,))
+def send():
+    s.sendall(data)
+    if mode == "plain":
+        s.shutdown(socket.SHUT_WR)
+t = threading.Thread(target=send)
 t.start()
 got = bytearray()
-while len(got) < n:
+while len(got) < n or mode == "plain":
     b = s.recv(1 << 16)
     if not b:
         break
@@ -98,6 +105,18 @@ for backend in uring epoll; do
 	start plainhttpd "$HTTPD" --port 0 --backend "$backend" || { fails=$((fails + 1)); stop; continue; }
 	start httpproxy "$PROXY" --port 0 --to "127.0.0.1:$PORT_plainhttpd" --backend "$backend" "${TLS[@]}" ||
 		{ fails=$((fails + 1)); stop; continue; }
+	start tlsecho "$ECHO" --port 0 --backend "$backend" "${TLS[@]}" || { fails=$((fails + 1)); stop; continue; }
+	UP=(--to-tls --ca "$C/ca.pem")
+	start toproxy "$PROXY" --port 0 --to "127.0.0.1:$PORT_httpd" --backend "$backend" "${UP[@]}" ||
+		{ fails=$((fails + 1)); stop; continue; }
+	start toecho "$PROXY" --port 0 --to "127.0.0.1:$PORT_tlsecho" --backend "$backend" "${UP[@]}" ||
+		{ fails=$((fails + 1)); stop; continue; }
+	start bothproxy "$PROXY" --port 0 --to "127.0.0.1:$PORT_tlsecho" --backend "$backend" "${TLS[@]}" "${UP[@]}" \
+		--to-name localhost || { fails=$((fails + 1)); stop; continue; }
+	start wrongca "$PROXY" --port 0 --to "127.0.0.1:$PORT_httpd" --backend "$backend" --to-tls --ca "$C/other-ca.pem" ||
+		{ fails=$((fails + 1)); stop; continue; }
+	start wrongname "$PROXY" --port 0 --to "127.0.0.1:$PORT_httpd" --backend "$backend" "${UP[@]}" \
+		--to-name other.test || { fails=$((fails + 1)); stop; continue; }
 	start expired "$HTTPD" --port 0 --backend "$backend" --tls-cert "$C/expired.pem" --tls-key "$C/expired.key" ||
 		{ fails=$((fails + 1)); stop; continue; }
 	h=$PORT_httpd
@@ -177,6 +196,32 @@ for backend in uring epoll; do
 	# The proxy ends TLS towards its clients and speaks plain TCP to echo.
 	echo_through "$PORT_proxy" $((16 << 20))
 	ok_if "16 MiB each way through the TLS-terminating proxy, whole"
+
+	# The proxy originating TLS (--to-tls --ca): plain clients, a TLS upstream.
+	[[ $(timeout 10 curl -sS "http://127.0.0.1:$PORT_toproxy/plaintext") == "Hello, World!" ]]
+	ok_if "curl through proxy --to-tls to httpd over TLS: Hello, World!"
+	timeout 20 curl -sS --data-binary "@$dir/body" -o "$dir/back2" "http://127.0.0.1:$PORT_toproxy/echo" &&
+		cmp -s "$dir/body" "$dir/back2"
+	ok_if "curl POST /echo of 1 MiB through proxy --to-tls: the body back, byte for byte"
+	[[ $(printf 'GET /plaintext HTTP/1.0\r\n\r\n' | timeout 10 python3 -c '
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(sys.stdin.buffer.read())
+got = b""
+while (b := s.recv(65536)):
+    got += b
+print(got.decode().split("\r\n\r\n", 1)[1])' "$PORT_toproxy") == "Hello, World!" ]]
+	ok_if "an upstream's close_notify reaches a plain client as a clean end after the answer"
+	echo_through "$PORT_toecho" $((16 << 20)) plain
+	ok_if "16 MiB each way through proxy --to-tls, each end passed on (FIN to close_notify and back)"
+	echo_through "$PORT_bothproxy" $((16 << 20))
+	ok_if "16 MiB each way through a proxy speaking TLS on both sides (--to-name localhost)"
+	! timeout 10 curl -sS "http://127.0.0.1:$PORT_wrongca/plaintext" >/dev/null 2>&1 &&
+		grep -q "upstream 127.0.0.1:$h: TLS: certificate verify failed: unable to get local issuer" "$dir/wrongca.err"
+	ok_if "proxy --to-tls with another CA resets its client and says why"
+	! timeout 10 curl -sS "http://127.0.0.1:$PORT_wrongname/plaintext" >/dev/null 2>&1 &&
+		grep -q "TLS: certificate verify failed: hostname mismatch" "$dir/wrongname.err"
+	ok_if "proxy --to-tls --to-name other.test refuses the upstream's certificate"
 	stop
 done
 echo "# $fails failed"

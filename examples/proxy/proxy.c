@@ -30,6 +30,7 @@ struct proxy_session {
 	struct perch_session *sess;    /* NULL once it ended: the client side is gone */
 	const struct proxy_target *to;
 	struct perch_conn *upstream;   /* NULL until connected */
+	struct perch_tls *tls;         /* over --to-tls: the upstream's session, whose ends the pumps use */
 	struct pump up, down;          /* client -> upstream, upstream -> client */
 	bool connecting;               /* on_upstream is still to come, and frees this */
 	bool ending;                   /* the end began: continuations it delivers do nothing */
@@ -60,6 +61,29 @@ static void session_end(struct proxy_session *ps, bool cut)
  * close delivers whatever read or flush was parked (its continuation sees
  * `ending` and returns), then the adapters and the connection go.
  */
+static void upstream_close(void *conn)
+{
+	perch_conn_close(conn);
+	perch_conn_release(conn);
+}
+
+/* The upstream side's end: over TLS a clean end closes once close_notify (pass_end's) left. */
+static void upstream_end(struct proxy_session *ps)
+{
+	if (ps->tls && ps->clean) {
+		perch_tls_end(ps->tls, upstream_close, ps->upstream);
+		return;
+	}
+	(ps->clean ? perch_conn_close : perch_conn_abort)(ps->upstream);
+	if (ps->tls) {
+		perch_tls_free(ps->tls); /* with the connection's reader and writer */
+	} else {
+		perch_pipe_reader_free(ps->down.r);
+		perch_pipe_writer_free(ps->up.w);
+	}
+	perch_conn_release(ps->upstream);
+}
+
 static void proxy_end(struct perch_session *sess, void *app)
 {
 	struct proxy_session *ps = *(struct proxy_session **)perch_session_state(sess);
@@ -67,12 +91,8 @@ static void proxy_end(struct perch_session *sess, void *app)
 		return; /* out of memory at its start */
 	ps->ending = true;
 	ps->sess = NULL;
-	if (ps->upstream) {
-		(ps->clean ? perch_conn_close : perch_conn_abort)(ps->upstream);
-		perch_pipe_reader_free(ps->down.r);
-		perch_pipe_writer_free(ps->up.w);
-		perch_conn_release(ps->upstream);
-	}
+	if (ps->upstream)
+		upstream_end(ps);
 	if (!ps->connecting && !ps->held)
 		free(ps);
 }
@@ -91,6 +111,7 @@ static void session_moved(struct proxy_session *ps)
 /* ---- pumps ---- */
 
 static void pump_run(struct pump *p);
+static void upstream_failed(const struct proxy_target *to, const char *why);
 
 /*
  * After a flush with `result`: false to read on; true when the pump is
@@ -121,13 +142,29 @@ static bool pump_stops_after_flush(struct pump *p, int result)
 	return true;
 }
 
+/*
+ * A read failed: the session is cut. A TLS upstream's failure (its
+ * certificate refused, its handshake late) is said, as a refused
+ * connect is.
+ */
+static void pump_failed(struct pump *p, bool read_error)
+{
+	struct proxy_session *ps = p->ps;
+	char why[256], line[300];
+	if (read_error && p == &ps->down && ps->tls && perch_tls_error(ps->tls, why, sizeof(why)) != 0) {
+		snprintf(line, sizeof(line), "TLS: %s", why);
+		upstream_failed(ps->to, line);
+	}
+	session_end(ps, true);
+}
+
 static void pump_read_ready(void *arg, int64_t result)
 {
 	struct pump *p = arg;
 	if (p->ps->ending)
 		return;
 	if (result < 0)
-		session_end(p->ps, true);
+		pump_failed(p, true);
 	else
 		pump_run(p);
 }
@@ -156,7 +193,7 @@ static void pump_run(struct pump *p)
 			return;
 		if (rc != 0 || res.error || res.closed || res.canceled ||
 		    perch_pipe_forward(p->r, res.len, res.len, p->w) != 0) {
-			session_end(p->ps, true);
+			pump_failed(p, rc != 0 || res.error);
 			return;
 		}
 		p->src_ended = res.completed;
@@ -177,8 +214,11 @@ static double mono_ms(void)
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* Says why clients are being reset: a mistyped --to looks like a proxy hanging up otherwise. */
-static void upstream_failed(const struct proxy_target *to, int err)
+/*
+ * Says why clients are being reset (a mistyped --to, an upstream
+ * certificate the CAs do not vouch for): a proxy hanging up otherwise.
+ */
+static void upstream_failed(const struct proxy_target *to, const char *why)
 {
 	static _Thread_local double logged_at;
 	static _Thread_local unsigned unlogged;
@@ -188,10 +228,38 @@ static void upstream_failed(const struct proxy_target *to, int err)
 		return;
 	char at[160];
 	fprintf(stderr, "proxy: upstream %s: %s (%u client%s reset since the last line)\n",
-		proxy_target_text(to, at, sizeof(at)), strerror(-err), unlogged,
+		proxy_target_text(to, at, sizeof(at)), why, unlogged,
 		unlogged == 1 ? "" : "s");
 	logged_at = now;
 	unlogged = 0;
+}
+
+/*
+ * The upstream's reader and writer for the pumps: the connection's, or
+ * over --to-tls the plaintext ends of a TLS session over them (what the
+ * client sent waits in it for the handshake).
+ */
+static int upstream_pipes(struct proxy_session *ps, struct perch_conn *c)
+{
+	const struct proxy_target *to = ps->to;
+	struct perch_pipe_reader *r = NULL;
+	struct perch_pipe_writer *w = NULL;
+	int rc = perch_pipe_writer_new(c, &w);
+	if (rc == 0)
+		rc = perch_pipe_reader_new(c, &r);
+	if (rc != 0 || !to->tls) {
+		ps->up.w = w;
+		ps->down.r = r;
+		return rc;
+	}
+	struct perch_tls_opts o = { .server_name = to->name[0] ? to->name : to->host };
+	rc = perch_tls_new(to->tls_ctx, perch_session_loop(ps->sess), r, w, &o, &ps->tls);
+	if (rc != 0)
+		return rc; /* r and w went with it */
+	ps->up.w = perch_tls_writer(ps->tls);
+	ps->down.r = perch_tls_reader(ps->tls);
+	ps->up.dst_tls = true;
+	return 0;
 }
 
 static void on_upstream(struct perch_loop *loop, struct perch_conn *c, int result, void *arg)
@@ -207,7 +275,7 @@ static void on_upstream(struct perch_loop *loop, struct perch_conn *c, int resul
 		return;
 	}
 	if (result != 0) {
-		upstream_failed(ps->to, result);
+		upstream_failed(ps->to, strerror(-result));
 		session_end(ps, true); /* refused, unreachable or timed out: the client is reset */
 		return;
 	}
@@ -215,7 +283,7 @@ static void on_upstream(struct perch_loop *loop, struct perch_conn *c, int resul
 	ps->up.dst = c;
 	session_moved(ps); /* the idle time starts again with the connection */
 	ps->held = true;
-	if (perch_pipe_writer_new(c, &ps->up.w) != 0 || perch_pipe_reader_new(c, &ps->down.r) != 0)
+	if (upstream_pipes(ps, c) != 0)
 		session_end(ps, true);
 	if (!ps->ending)
 		pump_run(&ps->up);
@@ -246,7 +314,7 @@ static void proxy_start_session(struct perch_session *sess, struct perch_pipe_re
 				  : perch_connect(perch_session_loop(sess), to->host, to->port, &co, on_upstream, ps);
 	if (rc != 0) {
 		ps->connecting = false;
-		upstream_failed(to, rc);
+		upstream_failed(to, strerror(-rc));
 		session_end(ps, true);
 	}
 }
@@ -260,8 +328,10 @@ static const struct serve_proto proxy_proto = { .state_size = sizeof(struct prox
 static bool target_ok(const struct proxy_target *t)
 {
 	unsigned char addr[sizeof(struct in6_addr)];
-	if (t->connect_timeout_ms > PERCH_CONNECT_TIMEOUT_MAX_MS)
+	if (t->connect_timeout_ms > PERCH_CONNECT_TIMEOUT_MAX_MS || !memchr(t->name, '\0', sizeof(t->name)))
 		return false;
+	if (t->tls && t->unix_name[0] && !t->name[0])
+		return false; /* no address to check the certificate against */
 	if (t->unix_name[0])
 		return memchr(t->unix_name, '\0', sizeof(t->unix_name)) && strcmp(t->unix_name, "@") != 0;
 	return t->port >= 1 && t->port <= 65535 && memchr(t->host, '\0', sizeof(t->host)) &&
@@ -272,7 +342,9 @@ int proxy_parse_target(const char *s, struct proxy_target *t)
 {
 	if (!s || !t)
 		return -EINVAL;
-	struct proxy_target parsed = { .connect_timeout_ms = t->connect_timeout_ms };
+	struct proxy_target parsed = { .connect_timeout_ms = t->connect_timeout_ms, .tls = t->tls,
+				       .ca_file = t->ca_file };
+	memcpy(parsed.name, t->name, sizeof(parsed.name));
 	if (strncmp(s, "unix:", 5) == 0) {
 		size_t n = strlen(s + 5);
 		if (n == 0 || n >= sizeof(parsed.unix_name))
@@ -297,6 +369,19 @@ const char *proxy_target_text(const struct proxy_target *t, char *buf, size_t si
 	return buf;
 }
 
+/* The client context every upstream session is made with: t->ca_file's CAs, or the system's. */
+static int upstream_tls_ctx(struct proxy_target *t)
+{
+	struct perch_tls_ctx_opts co = { .role = PERCH_TLS_CLIENT, .ca_file = t->ca_file };
+	char why[256];
+	int rc = perch_tls_ctx_new(&co, &t->tls_ctx, why, sizeof(why));
+	if (rc != 0) {
+		fprintf(stderr, "proxy: --to-tls: %s\n", why);
+		serve_said_why();
+	}
+	return rc;
+}
+
 int proxy_start(const struct serve_opts *o, const struct proxy_target *to, struct serve **out)
 {
 	if (!o || !to || !target_ok(to))
@@ -311,15 +396,22 @@ int proxy_start(const struct serve_opts *o, const struct proxy_target *to, struc
 		return -ENOMEM;
 	*copy = *to;
 	copy->clients_tls = o->tls_cert != NULL;
-	int rc = serve_start(&so, &proxy_proto, copy, out);
-	if (rc != 0)
+	copy->tls_ctx = NULL;
+	int rc = copy->tls ? upstream_tls_ctx(copy) : 0;
+	if (rc == 0)
+		rc = serve_start(&so, &proxy_proto, copy, out);
+	if (rc != 0) {
+		perch_tls_ctx_free(copy->tls_ctx);
 		free(copy);
+	}
 	return rc;
 }
 
 void proxy_stop(struct serve *s)
 {
-	void *to = serve_app(s);
+	struct proxy_target *to = serve_app(s);
 	serve_stop(s);
+	if (to)
+		perch_tls_ctx_free(to->tls_ctx); /* sessions still ending keep their own reference */
 	free(to);
 }

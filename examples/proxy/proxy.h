@@ -13,12 +13,17 @@ struct proxy_target {
 	int port;                      /* TCP: 1..65535 */
 	unsigned connect_timeout_ms;   /* 0: the kernel's own (minutes); else the client is closed after it */
 	bool clients_tls;              /* set by proxy_start: clients speak TLS (serve_opts.tls_cert) */
+	/* TLS towards the upstream (--to-tls): */
+	bool tls;
+	const char *ca_file;           /* the CAs its certificate is checked with; NULL: the system's */
+	char name[256];                /* the name it must bear, and the SNI; "": the --to address */
+	struct perch_tls_ctx *tls_ctx; /* made by proxy_start */
 };
 
 /*
  * Parses "HOST:PORT" or "tcp:HOST:PORT" ("[V6]:PORT" for IPv6), or
- * "unix:NAME" (a path, or "@name": abstract), into t (its timeout is
- * left as it is). Returns 0, or -EINVAL for anything else (no port, a
+ * "unix:NAME" (a path, or "@name": abstract), into t (its timeout and
+ * TLS fields are left as they are). Returns 0, or -EINVAL for anything else (no port, a
  * port out of 1..65535, a host that is not a numeric address, an empty
  * name or one longer than 107 bytes); *t is then untouched.
  */
@@ -41,10 +46,12 @@ const char *proxy_target_text(const struct proxy_target *t, char *buf, size_t si
 
 /*
  * Starts the proxy (serve_port says where it listens): every accepted
- * client is connected to *to (copied) on the same loop; o's pause_bytes
- * and recv_buffers, when 0, are the proxy's above. Returns 0 with *out,
- * -EINVAL for a NULL or bad target (a timeout above
- * PERCH_CONNECT_TIMEOUT_MAX_MS included), or serve_start's error.
+ * client is connected to *to (copied) on the same loop, over TLS when
+ * to->tls (its certificate checked against to->name, or the address);
+ * o's pause_bytes and recv_buffers, when 0, are the proxy's above.
+ * Returns 0 with *out, -EINVAL for a NULL or bad target (a timeout above
+ * PERCH_CONNECT_TIMEOUT_MAX_MS included; TLS to a Unix socket without a
+ * name), perch_tls_ctx_new's error (said on stderr), or serve_start's.
  */
 int proxy_start(const struct serve_opts *o, const struct proxy_target *to, struct serve **out);
 
