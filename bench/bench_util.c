@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,4 +248,21 @@ bool bu_parse_secs(const char *prog, const char *name, const char *s, double lo,
 void bu_ignore_sigpipe(void)
 {
 	signal(SIGPIPE, SIG_IGN);
+}
+
+int bu_room_for_fds(const char *prog, uint64_t n)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return -errno;
+	if (rl.rlim_cur >= n)
+		return 0;
+	if (rl.rlim_max < n) {
+		fprintf(stderr, "%s: needs %llu fds, the hard limit (RLIMIT_NOFILE) is %llu: "
+				"raise it as root (ulimit -Hn, or LimitNOFILE= in a unit)\n",
+			prog, (unsigned long long)n, (unsigned long long)rl.rlim_max);
+		return -EMFILE;
+	}
+	rl.rlim_cur = n;
+	return setrlimit(RLIMIT_NOFILE, &rl) == 0 ? 0 : -errno;
 }

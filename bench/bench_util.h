@@ -55,4 +55,11 @@ long bu_send(int fd, const void *p, size_t n);
 /* Ignore SIGPIPE, so a peer that vanished is an EPIPE to count, not a dead process. */
 void bu_ignore_sigpipe(void);
 
+/*
+ * Raises the soft RLIMIT_NOFILE to n if it is lower: 0, or -errno; when
+ * the hard limit is below n, -EMFILE after saying on stderr (as `prog`)
+ * what is needed and how to get it.
+ */
+int bu_room_for_fds(const char *prog, uint64_t n);
+
 #endif /* PERCH_BENCH_UTIL_H */

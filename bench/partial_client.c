@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "bench_util.h"
@@ -62,21 +61,6 @@ static int parse(int argc, char **argv, struct opts *o)
 		return -1;
 	}
 	return 0;
-}
-
-/* Room for `n` more fds: the soft limit raised toward the hard one. */
-static int make_room_for_fds(uint64_t n)
-{
-	struct rlimit rl;
-	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
-		return -errno;
-	rlim_t want = (rlim_t)n + 64;
-	if (rl.rlim_cur >= want)
-		return 0;
-	if (rl.rlim_max < want)
-		return -EMFILE;
-	rl.rlim_cur = want;
-	return setrlimit(RLIMIT_NOFILE, &rl) == 0 ? 0 : -errno;
 }
 
 /* Sends all of s on a non-blocking socket, waiting for room up to deadline_ns. */
@@ -143,10 +127,10 @@ int main(int argc, char **argv)
 	if (parse(argc, argv, &o) != 0)
 		return 2;
 	bu_ignore_sigpipe();
-	int rc = make_room_for_fds(o.conns + 16);
+	int rc = bu_room_for_fds("partial_client", o.conns + 80);
 	if (rc != 0) {
-		fprintf(stderr, "partial_client: no room for %llu fds: %s\n", (unsigned long long)o.conns,
-			strerror(-rc));
+		if (rc != -EMFILE)
+			fprintf(stderr, "partial_client: cannot raise RLIMIT_NOFILE: %s\n", strerror(-rc));
 		return 1;
 	}
 	int *fds = calloc(o.conns ? o.conns : 1, sizeof(*fds));

@@ -39,6 +39,11 @@ Scenarios (default: all of them, in this order):
           request and a resumed one (openssl s_time -new / -reuse, TLS 1.2, GET /plaintext); then
           perch resp over TLS vs redis-server --tls-port (redis-benchmark --tls -P 1, RESP_TESTS)
           (not in the default set)
+  scale   SCALE_CONNS (default "10000 100000") idle keep-alive connections to httpd (bench/idle_client:
+          each from 127.0.0.2-9, one GET answered, then held): the server's RSS per connection, and
+          wrk -c SCALE_ACTIVE (64) before and while they are held; perch httpd on both backends (no
+          idle timeout) against nginx (worker_connections raised, keepalive_timeout 600s). A size
+          the fd limit cannot hold is skipped, saying what it needs (not in the default set)
 
 Each round starts every server afresh, one at a time, pinned to core SERVER_CPU (0), with
 the client pinned to CLIENT_CPU (1); servers run in the same order every round (ABAB...).
@@ -104,6 +109,7 @@ STREAM_CONNS=${STREAM_CONNS:-8} STREAM_SIZE=${STREAM_SIZE:-4096}
 HTTP_CONNS=${HTTP_CONNS:-50}
 HOSTILE_CONNS=${HOSTILE_CONNS:-10000} HOSTILE_PROBES=${HOSTILE_PROBES:-200}
 STALL_SESSIONS=${STALL_SESSIONS:-1000}
+SCALE_CONNS=${SCALE_CONNS:-10000 100000} SCALE_ACTIVE=${SCALE_ACTIVE:-64}
 RESP_TESTS=${RESP_TESTS:-ping_mbulk set get} RESP_N1=${RESP_N1:-100000} RESP_N16=${RESP_N16:-1000000}
 ZC_SIZES=${ZC_SIZES:-16384 65536 262144 1048576} ZC_CONNS=${ZC_CONNS:-8} ZC_BYTES=${ZC_BYTES:-1073741824}
 ZC_WAYS=${ZC_WAYS:-copy ref ref-zc ref-epoll}
@@ -127,7 +133,7 @@ BUILD=$(readlink -f "$BUILD")
 SCENARIOS=("$@")
 ((${#SCENARIOS[@]})) || SCENARIOS=(echo http resp flood unix)
 for s in "${SCENARIOS[@]}"; do
-	[[ $s =~ ^(echo|http|resp|flood|unix|hostile|zerocopy|stalled|https)$ ]] || { echo "run.sh: unknown scenario '$s'" >&2; usage; }
+	[[ $s =~ ^(echo|http|resp|flood|unix|hostile|zerocopy|stalled|https|scale)$ ]] || { echo "run.sh: unknown scenario '$s'" >&2; usage; }
 done
 
 server_defaults
@@ -164,7 +170,7 @@ if ((${#MISSING[@]})); then
 		"redis-tools gnuplot-nox; or ./dev bench-deps); what needs them is skipped or falls back" >&2
 fi
 have taskset || { echo "run.sh: taskset (util-linux) is required to pin server and client" >&2; exit 1; }
-for prog in echo_client flood_client http_client partial_client baseline_uring_echo baseline_epoll_echo; do
+for prog in echo_client flood_client http_client idle_client partial_client baseline_uring_echo baseline_epoll_echo; do
 	[[ -x $BUILD/bench/$prog ]] || { echo "run.sh: $BUILD/bench/$prog is missing: run ./dev build first" >&2; exit 1; }
 done
 
@@ -352,9 +358,14 @@ server_fds() {
 	echo "$n"
 }
 server_hwm_kib() {
+	server_status_kib VmHWM
+}
+
+# A /proc/PID/status field in kB (VmHWM, VmRSS) of the server's processes, summed.
+server_status_kib() { # field
 	local pid n=0 kib
 	for pid in $SERVER_PID $(pgrep -P "$SERVER_PID" || true); do
-		kib=$(awk '/^VmHWM:/ { print $2 }' "/proc/$pid/status" 2>/dev/null) || true
+		kib=$(awk -v f="$1:" '$1 == f { print $2 }' "/proc/$pid/status" 2>/dev/null) || true
 		n=$((n + ${kib:-0}))
 	done
 	echo "$n"
@@ -398,6 +409,76 @@ scenario_hostile() {
 			printf '  fds back after %s s  peak RSS %s KiB\n' "$back" "$hwm"
 		done <<<"$servers"
 	done
+}
+
+# wrk -c SCALE_ACTIVE for SECS against the server on port $1: "requests/s capacity errors" (capacity: requests
+# per server-CPU second).
+scale_load() { # port
+	local a b out
+	a=$(server_cpu)
+	out=$(HTTP_CONNS=$SCALE_ACTIVE client_http 1 "$1")
+	b=$(server_cpu)
+	awk -v a="$a" -v b="$b" -v out="$out" -v h="$CLK_TCK" 'BEGIN { split(a, x, " "); split(b, y, " "); split(out, o, " ")
+		c = (y[1] + y[2] - x[1] - x[2]) / h; printf "%.0f %.0f %d\n", o[2], (c > 0 ? o[1] / c : 0), o[4] }'
+}
+
+# One server, one size: its RSS and the active load alone, then SIZE idle connections opened and held, the RSS
+# and the load again among them; one row in scale.tsv.
+scale_once() { # name cmd round size
+	local port=$((PORT++)) rss0 rss1 alone with ready="" opened=0 answered=0 line="" kept=0 per
+	start_server "$2" "$port" || return 0
+	sleep 0.2
+	rss0=$(server_status_kib VmRSS)
+	alone=$(scale_load "$port")
+	coproc IDLE { exec taskset -c "$CLIENT_CPU" timeout 900 "$BUILD/bench/idle_client" --port "$port" --conns "$4" --csv; }
+	# shellcheck disable=SC2153 # IDLE_PID: set by coproc
+	local idle_pid=$IDLE_PID idle_out=${IDLE[0]} idle_in=${IDLE[1]}
+	read -r -t 600 ready opened answered <&"$idle_out" || true
+	sleep 0.5
+	rss1=$(server_status_kib VmRSS)
+	with=$(scale_load "$port")
+	exec {idle_in}>&- # its standard input ends: it counts the connections still open and exits
+	read -r -t 120 line <&"$idle_out" || true
+	wait "$idle_pid" 2>/dev/null || true
+	stop_server
+	[[ $ready == ready ]] || { echo "  round $3  $1  $4: the idle client did not get its connections up"; return 0; }
+	IFS=, read -r opened answered kept <<<"${line:-0,0,0}"
+	per=$(((rss1 - rss0) * 1024 / (opened > 0 ? opened : 1)))
+	printf 'scale\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$4" "$1" "$3" "$opened" "$kept" "$rss0" "$rss1" "$per" \
+		"$alone" "$with" >>"$TMP/scale.tsv"
+	printf '  round %s  %-12s %6s idle (kept %s)  RSS %s -> %s KiB, %s B each  active: %s -> %s req/s, capacity %s -> %s\n' \
+		"$3" "$1" "$opened" "$kept" "$rss0" "$rss1" "$per" "${alone%% *}" "${with%% *}" \
+		"$(cut -d' ' -f2 <<<"$alone")" "$(cut -d' ' -f2 <<<"$with")"
+}
+
+# Scale: idle keep-alive connections by the thousand; RSS per connection and an active load among them.
+scenario_scale() {
+	local servers entry r n hard sizes=() max=0
+	have wrk || { echo "== scale: skipped, wrk is not installed"; return; }
+	ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+	hard=$(ulimit -Hn)
+	for n in $SCALE_CONNS; do
+		if [[ $hard != unlimited ]] && ((hard < n + 1024)); then
+			echo "== scale: skip $n connections: the server and the client each need $((n + 1024)) fds and the" \
+				"hard limit (RLIMIT_NOFILE) here is $hard; raise it as root (ulimit -Hn $((n + 1024)), LimitNOFILE=)"
+			continue
+		fi
+		sizes+=("$n")
+		((n > max)) && max=$n
+	done
+	((${#sizes[@]})) || return 0
+	servers=$(pick "perch-uring|$PERCH_HTTPD --backend uring --idle-timeout 0" \
+		"perch-epoll|$PERCH_HTTPD --backend epoll --idle-timeout 0" ${PERCH_HTTPD_VS:+"$PERCH_HTTPD_VS"} "nginx|$NGINX")
+	echo "== scale: ${sizes[*]} idle keep-alive connections from 127.0.0.2-9; RSS each, wrk -c $SCALE_ACTIVE alone and among them"
+	export NGINX_CONNS=$((max + 1024)) NGINX_KEEPALIVE=600s
+	for ((r = 1; r <= ROUNDS; r++)); do
+		for n in "${sizes[@]}"; do
+			while IFS= read -r entry; do
+				[[ -n $entry ]] && scale_once "${entry%%|*}" "${entry#*|}" "$r" "$n"
+			done <<<"$servers"
+		done
+	done
+	unset NGINX_CONNS NGINX_KEEPALIVE
 }
 
 # nginx's stream module proxying 127.0.0.1:$1 to :$2, one worker; false without the module.
@@ -489,6 +570,23 @@ summarize_stalled() {
 			a = median(idle[k]); b = median(st[k])
 			printf "| %s |%s |%s | %.2f |%s | %d / %d |\n", k, idle[k], st[k], (a > 0 ? b / a : 0), opened[k], hi[k] / 1024, hs[k] / 1024 }
 	}' "$TMP/stalled.tsv"
+}
+
+summarize_scale() {
+	awk -F'\t' "$AWK_MEDIAN"'
+	{ k = $2 "|" $3; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+	  runs[k]++; kept[k] += $6; opened[k] += $5; per[k] = per[k] " " $9
+	  split($10, a, " "); split($11, w, " "); ra[k] = ra[k] " " a[1]; rw[k] = rw[k] " " w[1]
+	  ca[k] = ca[k] " " a[2]; cw[k] = cw[k] " " w[2]; err[k] += a[3] + w[3] }
+	END {
+		print "| idle connections | server | runs | kept / opened | RSS bytes each (each run) | req/s alone | req/s among them | ratio | capacity alone | capacity among them | ratio |"
+		print "|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"
+		for (i = 1; i <= n; i++) { k = order[i]; split(k, kk, "|")
+			ma = median(ra[k]); mw = median(rw[k]); mca = median(ca[k]); mcw = median(cw[k])
+			printf "| %s | %s | %d | %d / %d |%s | %.0f | %.0f | %.3f | %.0f | %.0f | %.3f |%s\n", kk[1], kk[2], runs[k],
+				kept[k], opened[k], per[k], ma, mw, (ma > 0 ? mw / ma : 0), mca, mcw, (mca > 0 ? mcw / mca : 0),
+				(err[k] ? " errors: " err[k] : "") }
+	}' "$TMP/scale.tsv"
 }
 
 summarize_flood() {
@@ -604,6 +702,17 @@ write_results() {
 			echo
 			summarize_hostile
 		fi
+		if [[ -s $TMP/scale.tsv ]]; then
+			echo
+			echo "## Scale: idle keep-alive connections, and $SCALE_ACTIVE active ones among them"
+			echo
+			echo "bench/idle_client opens the connections from 127.0.0.2-9, one GET answered on each, and holds them;"
+			echo "RSS each: the server's VmRSS (processes summed) with them held less before them, over their number;"
+			echo "kept: those still open when released. The active load (wrk -c $SCALE_ACTIVE, $SECS s) runs on the same"
+			echo "server before the idle ones and while they are held; ratio: among them over alone (medians)."
+			echo
+			summarize_scale
+		fi
 		if [[ -s $TMP/stalled.tsv ]]; then
 			echo
 			echo "## Stalled: $STALL_SESSIONS proxy sessions whose upstream never reads, a normal session meanwhile"
@@ -624,6 +733,7 @@ write_results() {
 	[[ -s $TMP/flood.tsv ]] && cp "$TMP/flood.tsv" "$OUT/flood.tsv" && FLOOD_WRITTEN=1
 	[[ -s $TMP/hostile.tsv ]] && cp "$TMP/hostile.tsv" "$OUT/hostile.tsv"
 	[[ -s $TMP/stalled.tsv ]] && cp "$TMP/stalled.tsv" "$OUT/stalled.tsv"
+	[[ -s $TMP/scale.tsv ]] && cp "$TMP/scale.tsv" "$OUT/scale.tsv"
 	WRITTEN=()
 	if have gnuplot; then
 		for s in echo http resp unix; do

@@ -63,19 +63,20 @@ runnable() {
 
 # nginx_conf NAME PORT [TLS-LINES]: one worker, no logging, keep-alive without a request limit, one fixed body
 # (the same work as perch httpd's plaintext route), in TMP/NAME-PORT.conf; TLS-LINES make the listener TLS.
+# NGINX_CONNS (worker_connections, 16384) and NGINX_KEEPALIVE (keepalive_timeout, 60s) for the scale scenario.
 nginx_conf() {
 	local listen="listen 127.0.0.1:$2${3:+ ssl}"
 	cat >"$TMP/$1-$2.conf" <<EOF
 worker_processes 1;
 daemon off;
 pid $TMP/$1-$2.pid;
-worker_rlimit_nofile 32768;
-events { worker_connections 16384; }
+worker_rlimit_nofile $((2 * ${NGINX_CONNS:-16384}));
+events { worker_connections ${NGINX_CONNS:-16384}; }
 http {
 	access_log off;
 	default_type text/plain;
 	keepalive_requests 100000000;
-	keepalive_timeout 60s;
+	keepalive_timeout ${NGINX_KEEPALIVE:-60s};
 	client_body_temp_path $TMP/nginx-body;
 	server {
 		$listen;${3:+
