@@ -135,16 +135,16 @@ asan_build() {
 
 # Builds and runs cmocka program $1 (only the tests matching $2, unless
 # empty) in build directory $3 (default: the plain build); leaves its exit
-# status in $test_rc (255: it did not build), its output in run.log.
+# status in $test_rc and its output in run.log; test_built is 0 when it
+# did not build (no exit status is set aside for that: a cmocka program
+# whose test crashed in its teardown exits 255).
 run_test() {
 	local dir=${3:-$scratch/b}
 	set +e
-	# A second try, alone: a build that fails once and then succeeds was
-	# the machine's trouble (a killed compiler), not the mutant's verdict.
-	if ! make -C "$dir" -j"$jobs" "$1" >"$scratch/build.log" 2>&1 &&
-	   ! make -C "$dir" "$1" >>"$scratch/build.log" 2>&1; then
-		test_rc=255
+	if ! make -C "$dir" -j"$jobs" "$1" >"$scratch/build.log" 2>&1; then
+		test_built=0 test_rc=1
 	else
+		test_built=1
 		PERCH_TEST_FILTER=${2:-} timeout "$test_limit" "$dir/$1" >"$scratch/run.log" 2>&1
 		test_rc=$?
 	fi
@@ -160,6 +160,7 @@ build_error() {
 test_failure() {
 	[ "$test_rc" -eq 124 ] && echo "(hung: timed out)"
 	[ "$test_rc" -gt 128 ] && [ "$test_rc" -ne 255 ] && echo "(crashed: signal $((test_rc - 128)))"
+	[ "$test_rc" -eq 255 ] && echo "(cmocka could not run a test: a crash, or a failed setup or teardown)"
 	sed -nE 's/^\[  FAILED  \] ([a-z_0-9]+)$/\1/p' "$scratch/run.log" | sort -u |
 		awk 'NR <= 3; END { if (NR > 3) print "(+" NR - 3 " more failed)" }'
 	grep -m1 -E '^\[  (ERROR|FAILED) +\] ---' "$scratch/run.log" | sed 's/^\[ *[A-Z]* *\] --- //'
@@ -183,7 +184,7 @@ tests_skipped() {
 judge_by_test() {
 	local name=$1 dir=$2 sanitizer=$3 program=$4 filter=${5:-} how
 	run_test "$program" "$filter" "$dir"
-	if [ "$test_rc" -eq 255 ]; then
+	if [ "$test_built" -eq 0 ]; then
 		printf '%-50s %s: %s\n' "$name" "DOES NOT BUILD" "$(build_error)"; return 1
 	fi
 	if [ "$test_rc" -eq 0 ] && [ -n "$filter" ]; then
@@ -309,7 +310,7 @@ judge_one() {
 	elif [ -n "$by_asan_test" ]; then
 		# shellcheck disable=SC2086
 		judge_by_test "$name" "$(asan_build)" 1 $by_asan_test || rc=1
-	elif ! build_suite && ! build_suite; then
+	elif ! build_suite; then
 		printf '%-50s %s: %s\n' "$name" "DOES NOT BUILD" "$(build_error)"; rc=1
 	else
 		judge_by_races "$name" "$patch" || rc=1
