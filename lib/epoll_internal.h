@@ -33,8 +33,6 @@ struct esock {
 	int res;                     /* the pending connect's or send's result */
 	int refused;                 /* the -errno of a refused epoll_ctl (F_REFUSED) */
 	struct perch__sock *pend_next;
-	struct msghdr msg;
-	struct iovec iov[PERCH__TX_IOV];
 };
 
 static inline struct esock *es_of(struct perch__sock *s)

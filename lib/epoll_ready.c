@@ -9,17 +9,19 @@
 
 #include "epoll_internal.h"
 
-/* One sendmsg of what is left: bytes taken or -errno (-EAGAIN: the socket is full). */
+/*
+ * One sendmsg of what is left: bytes taken or -errno (-EAGAIN: the socket
+ * is full). Its iovecs are this call's: the kernel has read them when
+ * sendmsg returns, so no socket carries them.
+ */
 int perch__epoll_try_send(struct perch__sock *s)
 {
-	struct esock *es = es_of(s);
-	int n = perch__loop_tx_iov(s, es->iov, PERCH__TX_IOV);
-	memset(&es->msg, 0, sizeof(es->msg));
-	es->msg.msg_iov = es->iov;
-	es->msg.msg_iovlen = (size_t)n;
+	struct iovec iov[PERCH__TX_IOV];
+	struct msghdr msg = { .msg_iov = iov };
+	msg.msg_iovlen = (size_t)perch__loop_tx_iov(s, iov, PERCH__TX_IOV);
 	ssize_t r;
 	do
-		r = sendmsg(s->fd, &es->msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		r = sendmsg(s->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 	while (r < 0 && errno == EINTR);
 	return r < 0 ? -errno : (int)r;
 }

@@ -65,14 +65,24 @@ struct zc_fd {
 	bool orphaned;               /* its socket is finalized: the last hold closes the fd */
 };
 
+/*
+ * A send of several buffers: its msghdr and iovecs, which the kernel may
+ * read until the send completes. Made at a socket's first such send and
+ * kept until it is finalized: an idle connection, or one whose answers
+ * each fit one buffer, carries none.
+ */
+struct usend_gather {
+	struct msghdr msg;
+	struct iovec iov[PERCH__TX_IOV];
+};
+
 /* This backend's state for one socket, kept after the loop's (perch__sock_be). */
 struct usock {
 	uint32_t inflight;           /* operations whose last completion has not come */
 	uint32_t flags;              /* F_* */
-	struct msghdr msg;           /* a send of several buffers */
+	struct usend_gather *gather; /* NULL until a send gathered several buffers */
 	struct zc_hold *zc;          /* the chain being sent, once a send of it went zero-copy */
 	struct zc_fd *zcfd;          /* set at the first zero-copy send */
-	struct iovec iov[PERCH__TX_IOV];
 };
 
 static inline struct usock *us_of(struct perch__sock *s)
@@ -80,13 +90,14 @@ static inline struct usock *us_of(struct perch__sock *s)
 	return perch__sock_be(s);
 }
 
-/* The msghdr of a send of us->iov[0..n). */
+/* The msghdr of a send of us->gather->iov[0..n). */
 static inline struct msghdr *perch__uring_send_msg(struct usock *us, int n)
 {
-	memset(&us->msg, 0, sizeof(us->msg));
-	us->msg.msg_iov = us->iov;
-	us->msg.msg_iovlen = (size_t)n;
-	return &us->msg;
+	PERCH_ASSERT(us->gather && n > 1);
+	memset(&us->gather->msg, 0, sizeof(us->gather->msg));
+	us->gather->msg.msg_iov = us->gather->iov;
+	us->gather->msg.msg_iovlen = (size_t)n;
+	return &us->gather->msg;
 }
 
 struct uring {
@@ -220,8 +231,12 @@ void perch__uring_on_hangup(struct uring *u, struct perch__sock *s, int res);
 
 /* Whether the kernel has zero-copy sends; sets u->zerocopy (init, before the ring is enabled). */
 void perch__uring_zc_probe(struct uring *u);
-/* Preps `sqe` as a zero-copy send of us->iov[0..n) when s's bytes want one; false: prep a plain one. */
-bool perch__uring_zc_prep(struct uring *u, struct perch__sock *s, struct io_uring_sqe *sqe, int n);
+/*
+ * Preps `sqe` as a zero-copy send of iov[0..n) (n > 1: us->gather's) when
+ * s's bytes want one; false: prep a plain one.
+ */
+bool perch__uring_zc_prep(struct uring *u, struct perch__sock *s, struct io_uring_sqe *sqe,
+			  const struct iovec *iov, int n);
 /* A zero-copy send's result CQE (its socket's send ends here). */
 void perch__uring_on_send_zc(struct zc_hold *h, int res, uint32_t flags);
 /* A zero-copy send's notification (IORING_CQE_F_NOTIF): the kernel let go of its bytes. */
@@ -232,7 +247,7 @@ bool perch__uring_zc_keep(struct perch__sock *s, struct perch__txbuf *chain);
 void perch__uring_zc_close_fd(struct perch__sock *s);
 /* The loop's free, before the ring goes: connections whose bytes the kernel still reads are reset. */
 void perch__uring_zc_reset_held(struct uring *u);
-/* perch__loop_abandon_all's settle: the socket's fd is closed there; its holds forget it. */
+/* perch__loop_abandon_all's settle: the socket's fd is closed there; its holds forget it, its gather block goes. */
 void perch__uring_zc_settle(struct perch__sock *s);
 /* The loop's free, after every socket went: gives back every chain still held. */
 void perch__uring_zc_free_all(struct uring *u);

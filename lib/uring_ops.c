@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -176,21 +177,41 @@ void perch__uring_recv_pause(struct perch__sock *s)
 	us_of(s)->inflight++;
 }
 
+/*
+ * The first send of several buffers makes the socket's gather block.
+ * Returns the iovecs' count in it; out of memory, 1: the first buffer
+ * (already in the caller's) goes alone, and the rest after it, as after a
+ * short send.
+ */
+static int gather_first(struct perch__sock *s, struct usock *us, const struct iovec **iov)
+{
+	us->gather = malloc(sizeof(*us->gather));
+	if (!us->gather)
+		return 1;
+	*iov = us->gather->iov;
+	return perch__loop_tx_iov(s, us->gather->iov, PERCH__TX_IOV);
+}
+
 void perch__uring_send(struct perch__sock *s)
 {
 	struct usock *us = us_of(s);
 	struct io_uring_sqe *sqe = perch__uring_sqe_get(st_of(s->loop));
 	if (!sqe)
 		return; /* the ring is broken: the loop's free settles the send (perch__loop_abandon_all) */
-	int n = perch__loop_tx_iov(s, us->iov, PERCH__TX_IOV);
-	if (perch__uring_zc_prep(st_of(s->loop), s, sqe, n)) {
+	struct iovec first[2];
+	struct iovec *fill = us->gather ? us->gather->iov : first;
+	const struct iovec *iov = fill;
+	int n = perch__loop_tx_iov(s, fill, us->gather ? PERCH__TX_IOV : 2);
+	if (n > 1 && !us->gather)
+		n = gather_first(s, us, &iov);
+	if (perch__uring_zc_prep(st_of(s->loop), s, sqe, iov, n)) {
 		us->flags |= F_SEND;
 		us->inflight++;
 		return;
 	}
 	if (n == 1) {
 		/* One buffer (a typical reply): a plain send spares the kernel copying a msghdr and importing an iovec. */
-		io_uring_prep_send(sqe, s->fd, us->iov[0].iov_base, us->iov[0].iov_len, MSG_NOSIGNAL);
+		io_uring_prep_send(sqe, s->fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL);
 	} else {
 		io_uring_prep_sendmsg(sqe, s->fd, perch__uring_send_msg(us, n), MSG_NOSIGNAL);
 	}

@@ -110,11 +110,14 @@ void perch__uring_zc_settle(struct perch__sock *s)
 {
 	forget_fd(us_of(s)->zcfd); /* abandon_all closes the fd: reset already when a hold needed it */
 	us_of(s)->zcfd = NULL;
+	free(us_of(s)->gather);    /* the ring is gone: no send reads it */
+	us_of(s)->gather = NULL;
 }
 
 /* ================= sends ================= */
 
-bool perch__uring_zc_prep(struct uring *u, struct perch__sock *s, struct io_uring_sqe *sqe, int n)
+bool perch__uring_zc_prep(struct uring *u, struct perch__sock *s, struct io_uring_sqe *sqe,
+			  const struct iovec *iov, int n)
 {
 	struct usock *us = us_of(s);
 	/* Off (the default) costs every send one compare, not a walk of its buffers. */
@@ -124,7 +127,7 @@ bool perch__uring_zc_prep(struct uring *u, struct perch__sock *s, struct io_urin
 	if (!us->zc && !(us->zc = hold_new(u, s)))
 		return false; /* out of memory: a plain send, which needs nothing */
 	if (n == 1) {
-		io_uring_prep_send_zc(sqe, s->fd, us->iov[0].iov_base, us->iov[0].iov_len, MSG_NOSIGNAL, 0);
+		io_uring_prep_send_zc(sqe, s->fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL, 0);
 	} else {
 		io_uring_prep_sendmsg_zc(sqe, s->fd, perch__uring_send_msg(us, n), MSG_NOSIGNAL);
 	}

@@ -1,0 +1,112 @@
+/* tests/test_uring_gather.c: io_uring sends of several staged buffers: gathered in one sendmsg, and, out of memory for the socket's gather block, sent a buffer at a time, every byte in order. */
+#include "config.h"
+
+#include "cmocka_prelude.h"
+
+#include "loop_util.h"
+#include "uring_internal.h"
+
+/*
+ * Fault injection: the program links with -Wl,--wrap=malloc. While armed,
+ * every malloc of a gather block's size fails (nothing else of the test's
+ * path asks for that size).
+ */
+void *__real_malloc(size_t size);
+static uint32_t fail_gather;   /* atomic: armed */
+static uint32_t gather_refused; /* atomic: mallocs refused */
+
+void *__wrap_malloc(size_t size)
+{
+	if (size == sizeof(struct usend_gather) && __atomic_load_n(&fail_gather, __ATOMIC_ACQUIRE)) {
+		__atomic_add_fetch(&gather_refused, 1, __ATOMIC_RELAXED);
+		return NULL;
+	}
+	return __real_malloc(size);
+}
+
+enum { WRITES = 60, WRITE_SIZE = 1000, TOTAL = WRITES * WRITE_SIZE };
+
+/* A connection over a socketpair on an io_uring loop, and the socket at its other end. */
+struct fx {
+	struct lu_loop l;
+	struct perch_conn *c;
+	int peer;
+};
+
+static int setup(void **state)
+{
+	struct fx *f = *state = calloc(1, sizeof(*f));
+	int sv[2];
+	struct perch_loop_opts o = { .backend = PERCH_BACKEND_URING };
+	if (!f || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 || lu_start(&f->l, &o) != 0)
+		return -1;
+	struct lu_connect k = { .c = NULL, .result = 1 };
+	sem_init(&k.done, 0, 0);
+	if (perch_conn_adopt(f->l.loop, sv[0], NULL, lu_connected, &k) != 0 ||
+	    lu_sem_wait(&k.done, LU_TIMEOUT_MS) != 0 || k.result != 0)
+		return -1;
+	sem_destroy(&k.done);
+	f->c = k.c;
+	f->peer = sv[1];
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	__atomic_store_n(&fail_gather, 0, __ATOMIC_RELEASE);
+	perch_conn_release(f->c);
+	close(f->peer);
+	int rc = lu_stop(&f->l);
+	free(f);
+	return rc;
+}
+
+/*
+ * WRITES writes of WRITE_SIZE bytes stage about 15 buffers (4 KiB each),
+ * one flush sends them, and the peer reads them whole and in order (they
+ * fit the socketpair's buffer: the flush completes before the read).
+ */
+static void send_staged_buffers(struct fx *f)
+{
+	static uint8_t out[TOTAL], back[TOTAL];
+	lu_fill(out, TOTAL);
+	for (int i = 0; i < WRITES; i++)
+		assert_int_equal(perch_conn_write(f->c, out + i * WRITE_SIZE, WRITE_SIZE), 0);
+	assert_int_equal(lu_flush(f->c), 0);
+	assert_true(lu_read_all(f->peer, back, TOTAL));
+	assert_memory_equal(back, out, TOTAL);
+}
+
+static void several_buffers_leave_in_order_gathered(void **state)
+{
+	send_staged_buffers(*state);
+	send_staged_buffers(*state); /* the second send reuses the socket's gather block */
+}
+
+static void out_of_memory_for_the_gather_block_sends_a_buffer_at_a_time(void **state)
+{
+	__atomic_store_n(&gather_refused, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&fail_gather, 1, __ATOMIC_RELEASE);
+	send_staged_buffers(*state);
+	assert_true(__atomic_load_n(&gather_refused, __ATOMIC_RELAXED) >= 2); /* a try per buffer sent */
+	__atomic_store_n(&fail_gather, 0, __ATOMIC_RELEASE);
+	send_staged_buffers(*state); /* memory again: gathered */
+}
+
+int main(void)
+{
+	struct perch_loop *probe;
+	struct perch_loop_opts o = { .backend = PERCH_BACKEND_URING };
+	if (perch_loop_new(&o, &probe) != 0) {
+		printf("SKIP: io_uring is refused here: nothing of this backend to test\n");
+		return 77;
+	}
+	perch_loop_free(probe);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(several_buffers_leave_in_order_gathered, setup, teardown),
+		cmocka_unit_test_setup_teardown(out_of_memory_for_the_gather_block_sends_a_buffer_at_a_time, setup,
+						teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
