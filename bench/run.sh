@@ -428,6 +428,7 @@ scale_once() { # name cmd round size
 	local port=$((PORT++)) rss0 rss1 alone with ready="" opened=0 answered=0 line="" kept=0 per
 	start_server "$2" "$port" || return 0
 	sleep 0.2
+	SECS=1 scale_load "$port" >/dev/null # warm: a fresh server's first load runs slower than its second
 	rss0=$(server_status_kib VmRSS)
 	alone=$(scale_load "$port")
 	coproc IDLE { exec taskset -c "$CLIENT_CPU" timeout 900 "$BUILD/bench/idle_client" --port "$port" --conns "$4" --csv; }
@@ -709,7 +710,8 @@ write_results() {
 			echo "bench/idle_client opens the connections from 127.0.0.2-9, one GET answered on each, and holds them;"
 			echo "RSS each: the server's VmRSS (processes summed) with them held less before them, over their number;"
 			echo "kept: those still open when released. The active load (wrk -c $SCALE_ACTIVE, $SECS s) runs on the same"
-			echo "server before the idle ones and while they are held; ratio: among them over alone (medians)."
+			echo "server, after a 1 s warm-up, before the idle ones and while they are held; ratio: among them over alone"
+			echo "(medians)."
 			echo
 			summarize_scale
 		fi
