@@ -66,9 +66,11 @@ struct zc_fd {
 };
 
 /*
- * A send of several buffers: its msghdr and iovecs, which the kernel may
- * read until the send completes. Made at a socket's first such send and
- * kept until it is finalized: an idle connection, or one whose answers
+ * A send of several buffers: its msghdr and iovecs, which must stay put
+ * from the prep until the kernel takes the SQE (it copies them then:
+ * IORING_FEAT_SUBMIT_STABLE, on every kernel perch runs on). Made at a
+ * socket's first such send and kept until it is finalized, so a prepared
+ * send never waits for memory: an idle connection, or one whose answers
  * each fit one buffer, carries none.
  */
 struct usend_gather {

@@ -110,7 +110,7 @@ void perch__uring_zc_settle(struct perch__sock *s)
 {
 	forget_fd(us_of(s)->zcfd); /* abandon_all closes the fd: reset already when a hold needed it */
 	us_of(s)->zcfd = NULL;
-	free(us_of(s)->gather);    /* the ring is gone: no send reads it */
+	free(us_of(s)->gather);    /* the kernel copied it when it took the send's SQE */
 	us_of(s)->gather = NULL;
 }
 
