@@ -112,6 +112,7 @@ static void session_moved(struct proxy_session *ps)
 
 static void pump_run(struct pump *p);
 static void upstream_failed(const struct proxy_target *to, const char *why);
+static void pump_failed(struct pump *p);
 
 /*
  * After a flush with `result`: false to read on; true when the pump is
@@ -130,7 +131,7 @@ static bool pump_stops_after_flush(struct pump *p, int result)
 {
 	struct proxy_session *ps = p->ps;
 	if (result != 0 || (p->src_ended && pass_end(p) != 0)) {
-		session_end(ps, true);
+		pump_failed(p);
 		return true;
 	}
 	session_moved(ps);
@@ -143,15 +144,15 @@ static bool pump_stops_after_flush(struct pump *p, int result)
 }
 
 /*
- * A read failed: the session is cut. A TLS upstream's failure (its
- * certificate refused, its handshake late) is said, as a refused
- * connect is.
+ * A read or a flush failed: the session is cut. A TLS upstream's failure
+ * (its certificate refused, its handshake late), seen by either pump, is
+ * said, as a refused connect is.
  */
-static void pump_failed(struct pump *p, bool read_error)
+static void pump_failed(struct pump *p)
 {
 	struct proxy_session *ps = p->ps;
 	char why[256], line[300];
-	if (read_error && p == &ps->down && ps->tls && perch_tls_error(ps->tls, why, sizeof(why)) != 0) {
+	if (ps->tls && perch_tls_error(ps->tls, why, sizeof(why)) != 0) {
 		snprintf(line, sizeof(line), "TLS: %s", why);
 		upstream_failed(ps->to, line);
 	}
@@ -164,7 +165,7 @@ static void pump_read_ready(void *arg, int64_t result)
 	if (p->ps->ending)
 		return;
 	if (result < 0)
-		pump_failed(p, true);
+		pump_failed(p);
 	else
 		pump_run(p);
 }
@@ -193,7 +194,7 @@ static void pump_run(struct pump *p)
 			return;
 		if (rc != 0 || res.error || res.closed || res.canceled ||
 		    perch_pipe_forward(p->r, res.len, res.len, p->w) != 0) {
-			pump_failed(p, rc != 0 || res.error);
+			pump_failed(p);
 			return;
 		}
 		p->src_ended = res.completed;
