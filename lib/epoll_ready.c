@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "epoll_internal.h"

@@ -183,7 +183,7 @@ void perch__uring_recv_pause(struct perch__sock *s)
  * (already in the caller's) goes alone, and the rest after it, as after a
  * short send.
  */
-static int gather_first(struct perch__sock *s, struct usock *us, const struct iovec **iov)
+static int gather_first(struct perch__sock *s, struct usock *us, struct iovec **iov)
 {
 	us->gather = malloc(sizeof(*us->gather));
 	if (!us->gather)
@@ -199,10 +199,9 @@ void perch__uring_send(struct perch__sock *s)
 	if (!sqe)
 		return; /* the ring is broken: the loop's free settles the send (perch__loop_abandon_all) */
 	struct iovec first[2];
-	struct iovec *fill = us->gather ? us->gather->iov : first;
-	const struct iovec *iov = fill;
-	int n = perch__loop_tx_iov(s, fill, us->gather ? PERCH__TX_IOV : 2);
-	if (n > 1 && !us->gather)
+	struct iovec *iov = us->gather ? us->gather->iov : first;
+	int n = perch__loop_tx_iov(s, iov, us->gather ? PERCH__TX_IOV : 2);
+	if (n > 1 && iov == first)
 		n = gather_first(s, us, &iov);
 	if (perch__uring_zc_prep(st_of(s->loop), s, sqe, iov, n)) {
 		us->flags |= F_SEND;
