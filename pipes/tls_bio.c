@@ -17,7 +17,6 @@
  * completed.
  */
 
-/* An empty result (a cancel's) is advanced past at once, so that the engine parks the next read. */
 /* The engine holds the result and parks no read meanwhile: the advance cannot be refused. */
 static void cin_advance(struct perch_tls *s, size_t n)
 {
@@ -26,6 +25,7 @@ static void cin_advance(struct perch_tls *s, size_t n)
 	(void)rc;
 }
 
+/* An empty result (a cancel's) is advanced past at once, so that the engine parks the next read. */
 static int cin_skip(struct perch_tls *s)
 {
 	cin_advance(s, 0);

@@ -55,12 +55,6 @@ static void session_end(struct proxy_session *ps, bool cut)
 	perch_session_end(ps->sess, cut ? PERCH_SESSION_ABORT : PERCH_SESSION_CLOSE);
 }
 
-/*
- * The session ended (by session_end, its idle time, or the stop's
- * deadline), its client closed: the upstream side goes the same way. The
- * close delivers whatever read or flush was parked (its continuation sees
- * `ending` and returns), then the adapters and the connection go.
- */
 static void upstream_close(void *conn)
 {
 	perch_conn_close(conn);
@@ -84,6 +78,12 @@ static void upstream_end(struct proxy_session *ps)
 	perch_conn_release(ps->upstream);
 }
 
+/*
+ * The session ended (by session_end, its idle time, or the stop's
+ * deadline), its client closed: the upstream side goes the same way. The
+ * close delivers whatever read or flush was parked (its continuation sees
+ * `ending` and returns), then the adapters and the connection go.
+ */
 static void proxy_end(struct perch_session *sess, void *app)
 {
 	struct proxy_session *ps = *(struct proxy_session **)perch_session_state(sess);
@@ -114,6 +114,12 @@ static void pump_run(struct pump *p);
 static void upstream_failed(const struct proxy_target *to, const char *why);
 static void pump_failed(struct pump *p);
 
+/* Passes r's end on: a FIN, or over TLS close_notify (a FIN under it would cut the TLS stream short). */
+static int pass_end(struct pump *p)
+{
+	return p->dst_tls ? perch_pipe_writer_complete(p->w) : perch_conn_shutdown(p->dst);
+}
+
 /*
  * After a flush with `result`: false to read on; true when the pump is
  * done or the session ended (then p may be freed). A side that ended is
@@ -121,12 +127,6 @@ static void pump_failed(struct pump *p);
  * failed flush the stream was cut short, and the session is cut with
  * resets, never a FIN that would say it ended cleanly.
  */
-/* Passes r's end on: a FIN, or over TLS close_notify (a FIN under it would cut the TLS stream short). */
-static int pass_end(struct pump *p)
-{
-	return p->dst_tls ? perch_pipe_writer_complete(p->w) : perch_conn_shutdown(p->dst);
-}
-
 static bool pump_stops_after_flush(struct pump *p, int result)
 {
 	struct proxy_session *ps = p->ps;

@@ -23,9 +23,10 @@ struct proxy_target {
 /*
  * Parses "HOST:PORT" or "tcp:HOST:PORT" ("[V6]:PORT" for IPv6), or
  * "unix:NAME" (a path, or "@name": abstract), into t (its timeout and
- * TLS fields are left as they are). Returns 0, or -EINVAL for anything else (no port, a
- * port out of 1..65535, a host that is not a numeric address, an empty
- * name or one longer than 107 bytes); *t is then untouched.
+ * TLS fields are left as they are). Returns 0, or -EINVAL for anything
+ * else (no port, a port out of 1..65535, a host that is not a numeric
+ * address, an empty name or one longer than 107 bytes); *t is then
+ * untouched.
  */
 int proxy_parse_target(const char *s, struct proxy_target *t);
 
