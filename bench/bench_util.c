@@ -1,7 +1,7 @@
 /* bench/bench_util.c: clocks, the latency histogram, socket set-up and option parsing for the bench programs. */
-#include "bench_util.h"
-
 #include "config.h"
+
+#include "bench_util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -248,6 +248,13 @@ bool bu_parse_secs(const char *prog, const char *name, const char *s, double lo,
 void bu_ignore_sigpipe(void)
 {
 	signal(SIGPIPE, SIG_IGN);
+}
+
+bool bu_http_answer_whole(const char *buf, size_t len)
+{
+	const char *end = strstr(buf, "\r\n\r\n");
+	const char *cl = strcasestr(buf, "\r\nContent-Length:");
+	return end && cl && cl < end && len >= (size_t)(end + 4 - buf) + strtoul(cl + 17, NULL, 10);
 }
 
 int bu_room_for_fds(const char *prog, uint64_t n)

@@ -56,6 +56,12 @@ long bu_send(int fd, const void *p, size_t n);
 void bu_ignore_sigpipe(void);
 
 /*
+ * Whether buf (NUL-terminated, len bytes) holds one whole HTTP answer:
+ * its head and the Content-Length bytes of body after it.
+ */
+bool bu_http_answer_whole(const char *buf, size_t len);
+
+/*
  * Raises the soft RLIMIT_NOFILE to n if it is lower: 0, or -errno; when
  * the hard limit is below n, -EMFILE after saying on stderr (as `prog`)
  * what is needed and how to get it.

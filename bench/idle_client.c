@@ -113,9 +113,7 @@ static bool one_request(int fd)
 			return false;
 		len += (size_t)r;
 		buf[len] = '\0';
-		const char *end = strstr(buf, "\r\n\r\n");
-		const char *cl = strcasestr(buf, "\r\nContent-Length:");
-		if (end && cl && cl < end && len >= (size_t)(end + 4 - buf) + strtoul(cl + 17, NULL, 10))
+		if (bu_http_answer_whole(buf, len))
 			return true;
 	}
 	return false;

@@ -102,9 +102,7 @@ static bool read_answer(int fd, uint64_t deadline_ns)
 			return false;
 		len += (size_t)r;
 		buf[len] = '\0';
-		const char *end = strstr(buf, "\r\n\r\n");
-		const char *cl = strcasestr(buf, "\r\nContent-Length:");
-		if (end && cl && cl < end && len >= (size_t)(end + 4 - buf) + strtoul(cl + 17, NULL, 10))
+		if (bu_http_answer_whole(buf, len))
 			return true;
 	}
 }
