@@ -68,28 +68,38 @@ stop() {
 
 # echo_through PORT BYTES [plain]: sends BYTES through 127.0.0.1:PORT (over Python's ssl,
 # or plain TCP) and checks they come back whole; plain half-closes after them and needs a
-# clean end after the last byte (the end passed on both ways).
+# clean end after the last byte (the end passed on both ways). One thread sends and reads,
+# non-blocking: an SSL object must not be written and read from two threads at once.
 echo_through() {
 	timeout 60 python3 - "$1" "$2" "$C/ca.pem" "${3:-tls}" <<'PY'
-import os, socket, ssl, sys, threading
+import os, select, socket, ssl, sys
 port, n, ca, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 s = socket.create_connection(("127.0.0.1", port))
 if mode == "tls":
     s = ssl.create_default_context(cafile=ca).wrap_socket(s, server_hostname="localhost")
+s.setblocking(False)
 data = os.urandom(n)
-def send():
-    s.sendall(data)
-    if mode == "plain":
-        s.shutdown(socket.SHUT_WR)
-t = threading.Thread(target=send)
-t.start()
-got = bytearray()
-while len(got) < n or mode == "plain":
-    b = s.recv(1 << 16)
-    if not b:
-        break
-    got += b
-t.join()
+sent, got, ended = 0, bytearray(), False
+want = (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError)
+while not ended and (len(got) < n or mode == "plain"):
+    pending = mode == "tls" and s.pending() > 0
+    r, w, _ = select.select([s], [s] if sent < n else [], [], 0 if pending else 30)
+    if not (r or w or pending):
+        sys.exit("no progress for 30 s")
+    if w:
+        try:
+            sent += s.send(data[sent:sent + (1 << 16)])
+        except want:
+            pass
+        if sent == n and mode == "plain":
+            s.shutdown(socket.SHUT_WR)
+    if r or pending:
+        try:
+            b = s.recv(1 << 16)
+            ended = not b
+            got += b
+        except want:
+            pass
 sys.exit(0 if bytes(got) == data else 1)
 PY
 }
