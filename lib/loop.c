@@ -152,6 +152,7 @@ int perch_loop_stats(struct perch_loop *loop, struct perch_loop_stats *out)
 		.lingers_refused = loop->stats.lingers_refused,
 		.recv_limit_refused = loop->stats.recv_limit_refused,
 		.bufs_given_back = loop->stats.bufs_given_back,
+		.ring_fd_registered = loop->stats.ring_fd_registered,
 	};
 	return 0;
 }
