@@ -67,29 +67,36 @@ struct perch__sock {
 	struct perch__txbuf *posted_chain;
 	struct perch__msg close_msg; /* ops->close from another thread */
 	struct perch__msg shutdown_msg; /* ops->shutdown from another thread */
-	/* connect */
-	bool adopted;                /* connected already (perch_conn_adopt): reported once in the loop */
 	struct sockaddr_storage addr; /* a connect's peer; a listener's own bound address (set once, before it is shared) */
 	socklen_t addr_len;
-	perch_connect_fn on_connected;
-	void *connect_arg;
-	struct perch__msg connect_msg;
-	double connect_deadline_ms;  /* CLOCK_MONOTONIC; 0: no timeout */
-	struct perch_timer connect_timer; /* armed for connect_deadline_ms while the connect waits */
 
-	/* ---- listeners ---- */
-	perch_accept_fn on_accept;
-	void *accept_arg;
-	struct perch_conn_opts accept_opts;
-	int port;
-	bool accept_paused;          /* out of fds: on loop->accept_paused until one is freed */
-	uint32_t accept_unlogged;    /* failed accepts since the last line on stderr */
-	double accept_logged_at_ms;  /* when that line was written (0: never) */
-	struct perch__sock *accept_paused_next;
-	struct perch__msg listen_msg;
-	bool listen_pending;         /* its insert is posted and has not run: a close leaves the free to it */
-	struct perch__sock *dropped_next; /* on loop->dropped: never inserted */
-	uint32_t dropped;            /* atomic: its insert failed and its fd is closed (perch_listener_addr reads it) */
+	/* A socket is a connection or a listener for life (kind): each reads only its own half. */
+	union {
+		/* ---- a connection's connect (zero for an accepted one) ---- */
+		struct {
+			bool adopted;                /* connected already (perch_conn_adopt): reported once in the loop */
+			perch_connect_fn on_connected;
+			void *connect_arg;
+			struct perch__msg connect_msg;
+			double connect_deadline_ms;  /* CLOCK_MONOTONIC; 0: no timeout */
+			struct perch_timer connect_timer; /* armed for connect_deadline_ms while the connect waits */
+		};
+		/* ---- a listener's ---- */
+		struct {
+			perch_accept_fn on_accept;
+			void *accept_arg;
+			struct perch_conn_opts accept_opts;
+			int port;
+			bool accept_paused;          /* out of fds: on loop->accept_paused until one is freed */
+			uint32_t accept_unlogged;    /* failed accepts since the last line on stderr */
+			double accept_logged_at_ms;  /* when that line was written (0: never) */
+			struct perch__sock *accept_paused_next;
+			struct perch__msg listen_msg;
+			bool listen_pending;         /* its insert is posted and has not run: a close leaves the free to it */
+			struct perch__sock *dropped_next; /* on loop->dropped: never inserted */
+			uint32_t dropped;            /* atomic: its insert failed and its fd is closed (perch_listener_addr reads it) */
+		};
+	};
 
 	uint32_t lingering;          /* atomic: perch_conn_close_lingering took it (a second call is -EALREADY) */
 

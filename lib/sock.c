@@ -263,7 +263,8 @@ void perch__loop_abandon_all(struct perch_loop *loop, void (*settle)(struct perc
 void perch__loop_sock_closed(struct perch__sock *s)
 {
 	PERCH_ASSERT(s->closing); /* a backend finalizes only what the loop closed */
-	perch__timer_disarm(&s->connect_timer); /* the connect was answered first; never left for a freed socket */
+	if (s->kind == PERCH__SOCK_CONN)
+		perch__timer_disarm(&s->connect_timer); /* the connect was answered first; never left for a freed socket */
 	table_remove(s->loop, s);
 	/*
 	 * Its fd is closed: a listener paused for want of one may have it. This
