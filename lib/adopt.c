@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -93,12 +94,14 @@ int perch_conn_adopt(struct perch_loop *loop, int fd, const struct perch_conn_op
 	int rc = adoptable(fd, false, &family, &was);
 	if (rc != 0)
 		return rc;
-	struct perch__sock *s = perch__conn_sock_new(loop, fd, family, &o);
+	struct perch__connecting *cx = perch__connecting_new();
+	struct perch__sock *s = cx ? perch__conn_sock_new(loop, fd, family, &o) : NULL;
 	if (!s) {
+		free(cx);
 		restore_flags(fd, was);
 		return -ENOMEM;
 	}
-	perch__conn_adopted_post(s, on_adopted, arg);
+	perch__conn_adopted_post(s, cx, on_adopted, arg);
 	return 0;
 }
 

@@ -40,6 +40,42 @@ struct perch__rxseg {
 
 #define PERCH__TX_IOV 64            /* iovecs per sendmsg; the rest goes in the next one */
 
+/*
+ * A connection's connect, from perch_connect or perch_conn_adopt until it is
+ * answered with success (then freed), else until the socket is freed (a
+ * failed connect's SQE may still read addr).
+ */
+struct perch__connecting {
+	struct perch__sock *s;
+	struct sockaddr_storage addr; /* the peer */
+	socklen_t addr_len;
+	bool adopted;                /* connected already (perch_conn_adopt): reported once in the loop */
+	perch_connect_fn on_connected;
+	void *connect_arg;
+	struct perch__msg connect_msg;
+	double connect_deadline_ms;  /* CLOCK_MONOTONIC; 0: no timeout */
+	struct perch_timer connect_timer; /* armed for connect_deadline_ms while the connect waits */
+};
+
+/* A listener's own fields. */
+struct perch__listening {
+	struct perch__sock *s;
+	struct sockaddr_storage addr; /* its bound address (set once, before it is shared) */
+	socklen_t addr_len;
+	perch_accept_fn on_accept;
+	void *accept_arg;
+	struct perch_conn_opts accept_opts;
+	int port;
+	bool accept_paused;          /* out of fds: on loop->accept_paused until one is freed */
+	uint32_t accept_unlogged;    /* failed accepts since the last line on stderr */
+	double accept_logged_at_ms;  /* when that line was written (0: never) */
+	struct perch__sock *accept_paused_next;
+	struct perch__msg listen_msg;
+	bool listen_pending;         /* its insert is posted and has not run: a close leaves the free to it */
+	struct perch__sock *dropped_next; /* on loop->dropped: never inserted */
+	uint32_t dropped;            /* atomic: its insert failed and its fd is closed (perch_listener_addr reads it) */
+};
+
 /* A socket on the loop: a connection or a listener. Lives in the loop's table. */
 struct perch__sock {
 	struct perch_loop *loop;
@@ -67,35 +103,14 @@ struct perch__sock {
 	struct perch__txbuf *posted_chain;
 	struct perch__msg close_msg; /* ops->close from another thread */
 	struct perch__msg shutdown_msg; /* ops->shutdown from another thread */
-	struct sockaddr_storage addr; /* a connect's peer; a listener's own bound address (set once, before it is shared) */
-	socklen_t addr_len;
-
-	/* A socket is a connection or a listener for life (kind): each reads only its own half. */
+	/*
+	 * A socket is a connection or a listener for life (kind). What only a
+	 * connect or a listener needs lives apart: an accepted connection, most
+	 * of them, carries neither.
+	 */
 	union {
-		/* ---- a connection's connect (zero for an accepted one) ---- */
-		struct {
-			bool adopted;                /* connected already (perch_conn_adopt): reported once in the loop */
-			perch_connect_fn on_connected;
-			void *connect_arg;
-			struct perch__msg connect_msg;
-			double connect_deadline_ms;  /* CLOCK_MONOTONIC; 0: no timeout */
-			struct perch_timer connect_timer; /* armed for connect_deadline_ms while the connect waits */
-		};
-		/* ---- a listener's ---- */
-		struct {
-			perch_accept_fn on_accept;
-			void *accept_arg;
-			struct perch_conn_opts accept_opts;
-			int port;
-			bool accept_paused;          /* out of fds: on loop->accept_paused until one is freed */
-			uint32_t accept_unlogged;    /* failed accepts since the last line on stderr */
-			double accept_logged_at_ms;  /* when that line was written (0: never) */
-			struct perch__sock *accept_paused_next;
-			struct perch__msg listen_msg;
-			bool listen_pending;         /* its insert is posted and has not run: a close leaves the free to it */
-			struct perch__sock *dropped_next; /* on loop->dropped: never inserted */
-			uint32_t dropped;            /* atomic: its insert failed and its fd is closed (perch_listener_addr reads it) */
-		};
+		struct perch__connecting *cx; /* a connection's: from perch_connect or perch_conn_adopt until answered */
+		struct perch__listening *lx;  /* a listener's, after its backend state in the same block */
 	};
 
 	uint32_t lingering;          /* atomic: perch_conn_close_lingering took it (a second call is -EALREADY) */
@@ -112,6 +127,12 @@ struct perch_listener {
 
 _Static_assert(sizeof(struct perch_listener) == sizeof(struct perch__sock),
 	       "a listener's backend state follows its socket as a connection's does");
+
+/* A connection whose connect (or adoption) is not answered yet. */
+static inline bool perch__sock_connecting(const struct perch__sock *s)
+{
+	return s->kind == PERCH__SOCK_CONN && s->cx && s->cx->on_connected;
+}
 
 /* The backend's per-socket state (backend->sock_size bytes), right after the socket. */
 static inline void *perch__sock_be(struct perch__sock *s)
@@ -150,12 +171,12 @@ struct perch__backend {
 	/* Starts accepting on s->fd: each new fd goes to perch__loop_accepted. */
 	void (*accept)(struct perch__sock *s);
 	/*
-	 * Stops accepting until accept() is called again (s->accept_paused is
+	 * Stops accepting until accept() is called again (s->lx->accept_paused is
 	 * set): called from inside perch__loop_accepted's failure, so a backend
 	 * whose accept ended with that failure has nothing to stop.
 	 */
 	void (*accept_pause)(struct perch__sock *s);
-	/* Starts connecting s->fd to s->addr; the result goes to perch__loop_connected. */
+	/* Starts connecting s->fd to s->cx->addr; the result goes to perch__loop_connected. */
 	void (*connect)(struct perch__sock *s);
 	/* (Re)starts receiving: segments to perch__loop_received, the end to perch__loop_recv_ended. */
 	void (*recv_arm)(struct perch__sock *s);

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <perch/sock.h>
@@ -10,17 +11,21 @@
 
 void perch__loop_connected(struct perch__sock *s, int res)
 {
-	perch__timer_disarm(&s->connect_timer);
-	perch_connect_fn cb = s->on_connected;
-	void *arg = s->connect_arg;
-	s->on_connected = NULL;
-	if (!cb)
+	struct perch__connecting *cx = s->cx;
+	if (!cx || !cx->on_connected)
 		return;
+	perch__timer_disarm(&cx->connect_timer);
+	perch_connect_fn cb = cx->on_connected;
+	void *arg = cx->connect_arg;
+	cx->on_connected = NULL;
 	if (res < 0) {
 		perch__sock_start_close(s);
 		cb(s->loop, NULL, res, arg);
 		return;
 	}
+	/* Answered with success: the kernel is done with the address. */
+	s->cx = NULL;
+	free(cx);
 	perch__sock_set_nodelay(s);
 	if (perch__loop_recv_wanted(s))
 		s->loop->be->recv_arm(s);
@@ -47,62 +52,79 @@ static void connect_start(struct perch__sock *s)
 	/* Posted work that perch_loop_free's last drain runs: no later turn would report it. */
 	int err = s->loop->freeing ? -ECANCELED : perch__table_insert(s->loop, s) != 0 ? -ENOMEM : 0;
 	if (err) {
-		perch_connect_fn cb = s->on_connected;
-		void *arg = s->connect_arg;
+		perch_connect_fn cb = s->cx->on_connected;
+		void *arg = s->cx->connect_arg;
 		struct perch_loop *loop = s->loop;
 		perch_conn_release(s->conn); /* not in the table: closes fd, frees s */
 		cb(loop, NULL, err, arg);
 		return;
 	}
-	if (s->adopted) {
+	if (s->cx->adopted) {
 		perch__loop_connected(s, 0); /* posted, so never from inside perch_conn_adopt */
 		return;
 	}
-	if (s->connect_deadline_ms)
-		perch__timer_arm_at(&s->connect_timer, s->connect_deadline_ms, s->opts.connect_timeout_ms);
+	if (s->cx->connect_deadline_ms)
+		perch__timer_arm_at(&s->cx->connect_timer, s->cx->connect_deadline_ms, s->opts.connect_timeout_ms);
 	s->loop->be->connect(s);
 }
 
 static void run_posted_connect(struct perch_loop *loop, struct perch__msg *m)
 {
-	connect_start(perch__container_of(m, struct perch__sock, connect_msg));
+	connect_start(perch__container_of(m, struct perch__connecting, connect_msg)->s);
+}
+
+struct perch__connecting *perch__connecting_new(void)
+{
+	return calloc(1, sizeof(struct perch__connecting));
+}
+
+/* Gives s its connect's fields, ready to be posted. */
+static void connect_fill(struct perch__sock *s, struct perch__connecting *cx, perch_connect_fn on_connected,
+			 void *arg)
+{
+	cx->s = s;
+	cx->on_connected = on_connected;
+	cx->connect_arg = arg;
+	perch_timer_init(&cx->connect_timer, s->loop, connect_timed_out, s); /* an adopted one's is never armed */
+	cx->connect_msg.run = run_posted_connect;
+	s->cx = cx;
 }
 
 /* Any thread: a socket of the address's family connecting to it, started (or posted) on the loop. */
 static int connect_to(struct perch_loop *loop, const struct sockaddr_storage *ss, socklen_t len,
 		      const struct perch_conn_opts *o, perch_connect_fn on_connected, void *arg)
 {
+	struct perch__connecting *cx = perch__connecting_new();
+	if (!cx)
+		return -ENOMEM;
 	int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
+	if (fd < 0) {
+		free(cx);
 		return -errno;
+	}
 	struct perch__sock *s = perch__conn_sock_new(loop, fd, ss->ss_family, o);
 	if (!s) {
 		close(fd);
+		free(cx);
 		return -ENOMEM;
 	}
-	s->addr = *ss;
-	s->addr_len = len;
-	s->on_connected = on_connected;
-	s->connect_arg = arg;
-	s->connect_deadline_ms = o->connect_timeout_ms ? perch__now_ms() + o->connect_timeout_ms : 0;
-	perch_timer_init(&s->connect_timer, loop, connect_timed_out, s);
-	if (perch__loop_is_current(loop)) {
+	cx->addr = *ss;
+	cx->addr_len = len;
+	cx->connect_deadline_ms = o->connect_timeout_ms ? perch__now_ms() + o->connect_timeout_ms : 0;
+	connect_fill(s, cx, on_connected, arg);
+	if (perch__loop_is_current(loop))
 		connect_start(s);
-		return 0;
-	}
-	s->connect_msg.run = run_posted_connect;
-	perch__inbox_push(loop, &s->connect_msg);
+	else
+		perch__inbox_push(loop, &cx->connect_msg);
 	return 0;
 }
 
-void perch__conn_adopted_post(struct perch__sock *s, perch_connect_fn on_connected, void *arg)
+void perch__conn_adopted_post(struct perch__sock *s, struct perch__connecting *cx, perch_connect_fn on_connected,
+			      void *arg)
 {
-	s->adopted = true;
-	s->on_connected = on_connected;
-	s->connect_arg = arg;
-	perch_timer_init(&s->connect_timer, s->loop, connect_timed_out, s); /* never armed; disarmed as any */
-	s->connect_msg.run = run_posted_connect;
-	perch__inbox_push(s->loop, &s->connect_msg);
+	cx->adopted = true;
+	connect_fill(s, cx, on_connected, arg);
+	perch__inbox_push(s->loop, &cx->connect_msg); /* posted even on the loop's thread: never reported inside the call */
 }
 
 int perch_connect(struct perch_loop *loop, const char *host, int port,

@@ -30,7 +30,7 @@ void perch__epoll_pend(struct ep *e, struct perch__sock *s, uint32_t what)
 static void finalize(struct perch__sock *s)
 {
 	if (s->kind == PERCH__SOCK_CONN) {
-		if (s->on_connected)
+		if (perch__sock_connecting(s))
 			perch__loop_connected(s, -ECANCELED);
 		if (es_of(s)->flags & F_SEND_WAIT) {
 			es_of(s)->flags &= ~F_SEND_WAIT;
@@ -212,7 +212,7 @@ static void epoll_connect(struct perch__sock *s)
 {
 	struct ep *e = ep_of(s->loop);
 	int rc = set_nonblock(s->fd);
-	if (rc == 0 && connect(s->fd, (struct sockaddr *)&s->addr, s->addr_len) != 0 &&
+	if (rc == 0 && connect(s->fd, (struct sockaddr *)&s->cx->addr, s->cx->addr_len) != 0 &&
 	    errno != EINPROGRESS)
 		rc = -errno;
 	if (rc != 0) {

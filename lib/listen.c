@@ -39,9 +39,9 @@ void perch__accept_resume(struct perch_loop *loop)
 	loop->accept_paused = NULL;
 	perch__timer_disarm(&loop->accept_retry);
 	while (ls) {
-		struct perch__sock *next = ls->accept_paused_next;
-		ls->accept_paused = false;
-		ls->accept_paused_next = NULL;
+		struct perch__sock *next = ls->lx->accept_paused_next;
+		ls->lx->accept_paused = false;
+		ls->lx->accept_paused_next = NULL;
 		if (!ls->closing)
 			loop->be->accept(ls);
 		ls = next;
@@ -57,13 +57,13 @@ void perch__accept_retry_due(struct perch_timer *t, void *arg)
 static void pause_accepting(struct perch__sock *ls)
 {
 	struct perch_loop *loop = ls->loop;
-	if (ls->accept_paused)
+	if (ls->lx->accept_paused)
 		return;
 	if (!loop->accept_paused)
 		perch__timer_arm_at(&loop->accept_retry, perch__now_ms() + PERCH__ACCEPT_RETRY_MS,
 				    PERCH__ACCEPT_RETRY_MS);
-	ls->accept_paused = true;
-	ls->accept_paused_next = loop->accept_paused;
+	ls->lx->accept_paused = true;
+	ls->lx->accept_paused_next = loop->accept_paused;
 	loop->accept_paused = ls;
 	loop->stats.accept_pauses++;
 	loop->be->accept_pause(ls);
@@ -74,8 +74,8 @@ static void pause_accepting(struct perch__sock *ls)
 /* What a log line calls a listener: its address ("127.0.0.1:8080", "unix:/run/x.sock"), or its port. */
 static const char *listener_name(const struct perch__sock *ls, char *buf, size_t size)
 {
-	if (perch_addr_format((const struct sockaddr *)&ls->addr, ls->addr_len, buf, size) < 0)
-		snprintf(buf, size, "port %d", ls->port);
+	if (perch_addr_format((const struct sockaddr *)&ls->lx->addr, ls->lx->addr_len, buf, size) < 0)
+		snprintf(buf, size, "port %d", ls->lx->port);
 	return buf;
 }
 
@@ -87,16 +87,16 @@ static const char *listener_name(const struct perch__sock *ls, char *buf, size_t
 static void accept_failed(struct perch__sock *ls, int err)
 {
 	ls->loop->stats.accept_errors++;
-	ls->accept_unlogged++;
+	ls->lx->accept_unlogged++;
 	bool pause = !accept_retry_at_once(err) && !ls->closing;
 	double now = perch__now_ms();
-	if (ls->accept_logged_at_ms == 0 || now - ls->accept_logged_at_ms >= PERCH__ACCEPT_LOG_MS) {
+	if (ls->lx->accept_logged_at_ms == 0 || now - ls->lx->accept_logged_at_ms >= PERCH__ACCEPT_LOG_MS) {
 		char name[PERCH_ADDR_FORMAT_MAX];
 		fprintf(stderr, "perch: accept on %s failed: %s (%u failed since the last line)%s\n",
-			listener_name(ls, name, sizeof(name)), strerror(-err), ls->accept_unlogged,
+			listener_name(ls, name, sizeof(name)), strerror(-err), ls->lx->accept_unlogged,
 			pause ? "; paused until a socket closes or 100 ms pass" : "");
-		ls->accept_logged_at_ms = now;
-		ls->accept_unlogged = 0;
+		ls->lx->accept_logged_at_ms = now;
+		ls->lx->accept_unlogged = 0;
 	}
 	if (pause)
 		pause_accepting(ls);
@@ -112,7 +112,7 @@ void perch__loop_accepted(struct perch__sock *ls, int fd)
 		close(fd);
 		return;
 	}
-	struct perch__sock *s = perch__conn_sock_new(ls->loop, fd, ls->family, &ls->accept_opts);
+	struct perch__sock *s = perch__conn_sock_new(ls->loop, fd, ls->family, &ls->lx->accept_opts);
 	if (!s || perch__table_insert(ls->loop, s) != 0) {
 		if (s)
 			perch_conn_release(s->conn); /* not in the table yet: closes fd inline */
@@ -124,7 +124,7 @@ void perch__loop_accepted(struct perch__sock *ls, int fd)
 	ls->loop->be->recv_arm(s);
 	struct perch_conn *c = s->conn;
 	perch__conn_ref(c); /* the callback's */
-	ls->on_accept((struct perch_listener *)ls, c, ls->accept_arg);
+	ls->lx->on_accept((struct perch_listener *)ls, c, ls->lx->accept_arg);
 }
 
 /* ================= listening ================= */
@@ -149,8 +149,8 @@ static int listener_insert(struct perch_loop *loop, struct perch__sock *ls)
  */
 static void run_posted_listen(struct perch_loop *loop, struct perch__msg *m)
 {
-	struct perch__sock *ls = perch__container_of(m, struct perch__sock, listen_msg);
-	ls->listen_pending = false;
+	struct perch__sock *ls = perch__container_of(m, struct perch__listening, listen_msg)->s;
+	ls->lx->listen_pending = false;
 	if (ls->closing) {
 		/* Closed inside an earlier turn's callback, before this ran: perch__sock_start_close left it here. */
 		close(ls->fd);
@@ -162,10 +162,10 @@ static void run_posted_listen(struct perch_loop *loop, struct perch__msg *m)
 		char name[PERCH_ADDR_FORMAT_MAX];
 		fprintf(stderr, "perch: listener on %s dropped: %s\n", listener_name(ls, name, sizeof(name)),
 			rc == -ECANCELED ? "the loop is being freed" : "out of memory");
-		perch__store_u32(&ls->dropped, 1); /* before the close: perch_listener_addr says -EBADF from here */
+		perch__store_u32(&ls->lx->dropped, 1); /* before the close: perch_listener_addr says -EBADF from here */
 		close(ls->fd);
 		ls->fd = -1;
-		ls->dropped_next = loop->dropped;
+		ls->lx->dropped_next = loop->dropped;
 		loop->dropped = ls;
 	}
 }
@@ -213,12 +213,12 @@ static int tcp_listen_socket(const struct sockaddr_storage *ss, socklen_t len,
  */
 static int bound_address(int fd, struct perch__sock *ls)
 {
-	ls->addr_len = sizeof(ls->addr);
-	if (getsockname(fd, (struct sockaddr *)&ls->addr, &ls->addr_len) != 0)
+	ls->lx->addr_len = sizeof(ls->lx->addr);
+	if (getsockname(fd, (struct sockaddr *)&ls->lx->addr, &ls->lx->addr_len) != 0)
 		return -errno;
-	const struct sockaddr_storage *a = &ls->addr;
+	const struct sockaddr_storage *a = &ls->lx->addr;
 	ls->family = a->ss_family;
-	ls->port = a->ss_family == AF_INET    ? ntohs(((const struct sockaddr_in *)a)->sin_port)
+	ls->lx->port = a->ss_family == AF_INET    ? ntohs(((const struct sockaddr_in *)a)->sin_port)
 		   : a->ss_family == AF_INET6 ? ntohs(((const struct sockaddr_in6 *)a)->sin6_port)
 					      : 0;
 	return 0;
@@ -227,10 +227,15 @@ static int bound_address(int fd, struct perch__sock *ls)
 int perch__listener_start(struct perch_loop *loop, int fd, const struct perch_conn_opts *o,
 			  perch_accept_fn on_accept, void *arg, struct perch_listener **out)
 {
-	struct perch_listener *l = calloc(1, sizeof(*l) + loop->be->sock_size);
+	/* Its own fields after its backend state, in the one block its free releases. */
+	size_t lx_at = (sizeof(struct perch_listener) + loop->be->sock_size + _Alignof(struct perch__listening) - 1) &
+		       ~(_Alignof(struct perch__listening) - 1);
+	struct perch_listener *l = calloc(1, lx_at + sizeof(struct perch__listening));
 	if (!l)
 		return -ENOMEM;
 	struct perch__sock *ls = &l->sk;
+	ls->lx = (struct perch__listening *)((char *)l + lx_at);
+	ls->lx->s = ls;
 	int rc = bound_address(fd, ls);
 	if (rc != 0) {
 		free(l);
@@ -239,9 +244,9 @@ int perch__listener_start(struct perch_loop *loop, int fd, const struct perch_co
 	ls->loop = loop;
 	ls->kind = PERCH__SOCK_LISTENER;
 	ls->fd = fd;
-	ls->on_accept = on_accept;
-	ls->accept_arg = arg;
-	ls->accept_opts = *o;
+	ls->lx->on_accept = on_accept;
+	ls->lx->accept_arg = arg;
+	ls->lx->accept_opts = *o;
 	if (perch__loop_is_current(loop)) {
 		rc = listener_insert(loop, ls);
 		if (rc != 0) {
@@ -252,10 +257,10 @@ int perch__listener_start(struct perch_loop *loop, int fd, const struct perch_co
 		return 0;
 	}
 	/* Marked before *out is: a loop thread that sees l (through the caller's own handoff) sees it pending. */
-	ls->listen_pending = true;
-	ls->listen_msg.run = run_posted_listen;
+	ls->lx->listen_pending = true;
+	ls->lx->listen_msg.run = run_posted_listen;
 	*out = l;
-	perch__inbox_push(loop, &ls->listen_msg);
+	perch__inbox_push(loop, &ls->lx->listen_msg);
 	return 0;
 }
 
@@ -288,7 +293,7 @@ int perch_listen(struct perch_loop *loop, const char *host, int port,
 
 int perch_listener_port(const struct perch_listener *l)
 {
-	return l ? l->sk.port : -EINVAL;
+	return l ? l->sk.lx->port : -EINVAL;
 }
 
 static void run_posted_listener_close(struct perch_loop *loop, struct perch__msg *m)

@@ -250,7 +250,7 @@ static void free_dropped(struct perch_loop *loop)
 {
 	while (loop->dropped) {
 		struct perch__sock *ls = loop->dropped;
-		loop->dropped = ls->dropped_next;
+		loop->dropped = ls->lx->dropped_next;
 		free(ls);
 	}
 }

@@ -117,12 +117,17 @@ void perch__txbuf_pool_free(struct perch_loop *loop);
 
 /* ---- connecting (lib/connect.c) ---- */
 
+/* A connect's fields (zeroed), for perch__conn_adopted_post; NULL for want of memory. */
+struct perch__connecting *perch__connecting_new(void);
+
 /*
- * Any thread: s, over an fd connected already, is posted to its loop,
- * which puts it in the table and reports it to on_connected as a connect
- * would (-ENOMEM or -ECANCELED closing it), never from inside the caller.
+ * Any thread: s, over an fd connected already, is posted to its loop with
+ * cx (perch__connecting_new's, which s then owns), which puts it in the
+ * table and reports it to on_connected as a connect would (-ENOMEM or
+ * -ECANCELED closing it), never from inside the caller.
  */
-void perch__conn_adopted_post(struct perch__sock *s, perch_connect_fn on_connected, void *arg);
+void perch__conn_adopted_post(struct perch__sock *s, struct perch__connecting *cx, perch_connect_fn on_connected,
+			      void *arg);
 
 /* ---- accepting (lib/listen.c; loop thread) ---- */
 

@@ -206,9 +206,9 @@ void perch__sock_set_nodelay(const struct perch__sock *s)
 /* Takes a listener off loop->dropped, if it was never inserted. */
 static void undrop(struct perch_loop *loop, struct perch__sock *ls)
 {
-	for (struct perch__sock **p = &loop->dropped; *p; p = &(*p)->dropped_next) {
+	for (struct perch__sock **p = &loop->dropped; *p; p = &(*p)->lx->dropped_next) {
 		if (*p == ls) {
-			*p = ls->dropped_next;
+			*p = ls->lx->dropped_next;
 			return;
 		}
 	}
@@ -224,7 +224,7 @@ void perch__sock_start_close(struct perch__sock *s)
 		return;
 	}
 	/* Its posted insert has not run yet, and frees it when it does (its message is still queued). */
-	if (s->kind == PERCH__SOCK_LISTENER && s->listen_pending)
+	if (s->kind == PERCH__SOCK_LISTENER && s->lx->listen_pending)
 		return;
 	/* Never reached the backend: nothing in flight (a listener dropped for want of memory has no fd). */
 	if (s->fd >= 0)
@@ -253,7 +253,7 @@ void perch__loop_abandon_all(struct perch_loop *loop, void (*settle)(struct perc
 			settle(s);
 		if (s->kind == PERCH__SOCK_CONN && s->tx_chain)
 			perch__loop_sent(s, -ECANCELED); /* a send the kernel never finished */
-		if (s->kind == PERCH__SOCK_CONN && s->on_connected)
+		if (perch__sock_connecting(s))
 			perch__loop_connected(s, -ECANCELED);
 		close(s->fd);
 		perch__loop_sock_closed(s);
@@ -263,8 +263,8 @@ void perch__loop_abandon_all(struct perch_loop *loop, void (*settle)(struct perc
 void perch__loop_sock_closed(struct perch__sock *s)
 {
 	PERCH_ASSERT(s->closing); /* a backend finalizes only what the loop closed */
-	if (s->kind == PERCH__SOCK_CONN)
-		perch__timer_disarm(&s->connect_timer); /* the connect was answered first; never left for a freed socket */
+	if (s->kind == PERCH__SOCK_CONN && s->cx)
+		perch__timer_disarm(&s->cx->connect_timer); /* the connect was answered first; never left for a freed socket */
 	table_remove(s->loop, s);
 	/*
 	 * Its fd is closed: a listener paused for want of one may have it. This
@@ -344,7 +344,9 @@ static void op_abort(struct perch_conn *c)
 
 static void op_destroy(struct perch_conn *c)
 {
-	free(c->transport);
+	struct perch__sock *s = c->transport;
+	free(s->cx); /* a connect that failed, or never started */
+	free(s);
 }
 
 /*

@@ -96,9 +96,9 @@ int perch_listener_addr(const struct perch_listener *l, struct sockaddr_storage 
 	if (!l || !ss || !len)
 		return -EINVAL;
 	/* A queued insert that failed closed the fd (doc/loop.md, "A listen out of memory"). */
-	if (perch__load_u32(&l->sk.dropped))
+	if (perch__load_u32(&l->sk.lx->dropped))
 		return -EBADF;
-	*ss = l->sk.addr;
-	*len = l->sk.addr_len;
+	*ss = l->sk.lx->addr;
+	*len = l->sk.lx->addr_len;
 	return 0;
 }

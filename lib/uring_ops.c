@@ -239,7 +239,7 @@ void perch__uring_connect(struct perch__sock *s)
 	struct io_uring_sqe *sqe = perch__uring_sqe_get(u);
 	if (!sqe)
 		return;
-	io_uring_prep_connect(sqe, s->fd, (struct sockaddr *)&s->addr, s->addr_len);
+	io_uring_prep_connect(sqe, s->fd, (struct sockaddr *)&s->cx->addr, s->cx->addr_len);
 	io_uring_sqe_set_data64(sqe, UD(OP_CONNECT, s));
 	us_of(s)->flags |= F_CONNECT;
 	us_of(s)->inflight++;
@@ -375,7 +375,7 @@ void perch__uring_on_accept(struct perch__sock *s, int res, bool last)
 		us_of(s)->flags &= ~F_ACCEPT;
 	if (res != -ECANCELED)
 		perch__loop_accepted(s, res);
-	if (last && !s->closing && !s->accept_paused)
+	if (last && !s->closing && !s->lx->accept_paused)
 		perch__uring_accept(s);
 }
 
