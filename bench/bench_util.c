@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <stdio.h>
@@ -272,4 +273,22 @@ int bu_room_for_fds(const char *prog, uint64_t n)
 	}
 	rl.rlim_cur = n;
 	return setrlimit(RLIMIT_NOFILE, &rl) == 0 ? 0 : -errno;
+}
+
+static void *wait_forever(void *arg)
+{
+	(void)arg;
+	for (;;)
+		pause();
+	return NULL;
+}
+
+int bu_second_thread(void)
+{
+	pthread_t th;
+	int rc = pthread_create(&th, NULL, wait_forever, NULL);
+	if (rc != 0)
+		return -rc;
+	pthread_detach(th);
+	return 0;
 }

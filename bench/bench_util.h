@@ -68,4 +68,11 @@ bool bu_http_answer_whole(const char *buf, size_t len);
  */
 int bu_room_for_fds(const char *prog, uint64_t n);
 
+/*
+ * Starts a thread that only waits (detached, until the process exits), so
+ * the process's file table is shared, as a server's with a loop thread is:
+ * the kernel then takes a reference at each fd lookup. 0 or -errno.
+ */
+int bu_second_thread(void);
+
 #endif /* PERCH_BENCH_UTIL_H */

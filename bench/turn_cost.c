@@ -14,14 +14,13 @@
  * A wall-clock figure on a shared machine: compare the two columns of one run.
  */
 #include <liburing.h>
-#include <pthread.h>
-#include <semaphore.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include <perch.h>
+
+#include "bench_util.h"
 
 static bool refuse; /* the next loop's first turn has its registration refused */
 
@@ -30,23 +29,6 @@ int __real_io_uring_register_ring_fd(struct io_uring *ring);
 int __wrap_io_uring_register_ring_fd(struct io_uring *ring)
 {
 	return refuse ? -EINVAL : __real_io_uring_register_ring_fd(ring);
-}
-
-static double now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static sem_t quit;
-
-static void *waiter(void *arg)
-{
-	(void)arg;
-	while (sem_wait(&quit) != 0)
-		;
-	return NULL;
 }
 
 /* A loop on this thread after its first turn, registered or not as asked; NULL when the backend is not io_uring. */
@@ -69,11 +51,11 @@ static struct perch_loop *new_loop(bool refused, uint64_t *registered)
 
 static double turns_ns(struct perch_loop *loop, long turns)
 {
-	double t0 = now_ns();
+	double t0 = (double)bu_now_ns();
 	for (long i = 0; i < turns; i++)
 		if (perch_loop_run_once(loop, 0) < 0)
 			return -1;
-	return (now_ns() - t0) / (double)turns;
+	return ((double)bu_now_ns() - t0) / (double)turns;
 }
 
 static int by_value(const void *a, const void *b)
@@ -89,9 +71,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: turn_cost [TURNS [ROUNDS]] (TURNS at least 1, ROUNDS 1 to 99)\n");
 		return 2;
 	}
-	sem_init(&quit, 0, 0);
-	pthread_t th;
-	if (pthread_create(&th, NULL, waiter, NULL) != 0) {
+	if (bu_second_thread() != 0) {
 		fprintf(stderr, "turn_cost: no second thread\n");
 		return 1;
 	}
@@ -123,7 +103,5 @@ int main(int argc, char **argv)
 out:
 	perch_loop_free(on);
 	perch_loop_free(off);
-	sem_post(&quit);
-	pthread_join(th, NULL);
 	return rc;
 }
