@@ -168,6 +168,13 @@ struct perch__backend {
 	void (*destroy)(struct perch_loop *loop);
 	/* Submits, waits up to timeout_ms (<0 none), dispatches. Returns completions seen or -errno. */
 	int (*poll)(struct perch_loop *loop, int timeout_ms);
+	/*
+	 * Optional, both: perch_loop_run starts and returns, on the one thread
+	 * that runs it. What a backend holds of that thread's (io_uring's
+	 * registered ring fd) lives between the two.
+	 */
+	void (*run_start)(struct perch_loop *loop);
+	void (*run_end)(struct perch_loop *loop);
 	/* Starts accepting on s->fd: each new fd goes to perch__loop_accepted. */
 	void (*accept)(struct perch__sock *s);
 	/*
@@ -264,7 +271,7 @@ struct perch_loop {
 		uint64_t lingers_refused; /* lingering closes made at once: opts.linger_max were lingering */
 		uint64_t recv_limit_refused; /* io_uring: 1 once the kernel refused a multishot recv's byte limit */
 		uint64_t bufs_given_back; /* receive buffers whose pages went back after a quiet interval (pool_trim.h) */
-		uint64_t ring_fd_registered; /* io_uring: 1 once the loop's thread registered the ring's fd */
+		uint64_t ring_fd_registered; /* io_uring: 1 while perch_loop_run holds the ring's fd registered */
 		uint64_t recv_arms;       /* io_uring: recv SQEs prepared (a multishot's counts once) */
 		uint64_t timer_walk_steps; /* timers a start walked past to keep its list in due order */
 		uint64_t ring_target;     /* io_uring: receive buffers the ring is kept at (doubled when short,

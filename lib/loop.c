@@ -193,12 +193,21 @@ int perch_loop_run(struct perch_loop *loop)
 {
 	if (!loop)
 		return -EINVAL;
-	while (!perch__xchg_u32(&loop->stop, 0)) {
-		int rc = perch_loop_run_once(loop, -1);
-		if (rc < 0 && rc != -EINTR)
-			return rc;
+	if (!perch__loop_claim(loop))
+		return -EEXIST;
+	if (perch__current_loop == loop)
+		return -EBUSY;
+	if (loop->be->run_start)
+		loop->be->run_start(loop);
+	int rc = 0;
+	while (rc == 0 && !perch__xchg_u32(&loop->stop, 0)) {
+		rc = perch_loop_run_once(loop, -1);
+		if (rc > 0 || rc == -EINTR)
+			rc = 0;
 	}
-	return 0;
+	if (loop->be->run_end)
+		loop->be->run_end(loop);
+	return rc;
 }
 
 /* ================= the free ================= */

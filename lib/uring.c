@@ -22,40 +22,31 @@ static int enable_ring(struct uring *u)
 }
 
 /*
- * The ring's first use on the loop's thread (its first poll or
- * submission): a ring made disabled is enabled, which binds it to this
- * thread, and the ring's fd goes in this thread's registered ring table so
- * io_uring_enter skips the fd lookup. A refused registration (a kernel
- * before 5.18, or this thread's 16 entries taken) keeps the plain fd.
+ * perch_loop_run starts on this thread: for its span the ring's fd goes in
+ * this thread's registered ring table, so io_uring_enter skips the fd
+ * lookup. The entry holds a reference to the ring that only this thread
+ * can drop, so it never outlives the run: a loop freed from another thread
+ * afterwards still tears its ring down. A refusal (a kernel before 5.18,
+ * or this thread's 16 entries taken) keeps the plain fd.
  */
-static int bind_ring(struct uring *u)
+static void uring_run_start(struct perch_loop *loop)
 {
-	int rc;
-	if (u->needs_enable && (rc = enable_ring(u)) != 0)
-		return rc;
-	u->unbound = false;
-	if (io_uring_register_ring_fd(&u->ring) == 1) {
-		u->ring_fd_tid = gettid();
-		u->loop->stats.ring_fd_registered = 1;
+	struct uring *u = st_of(loop);
+	if (!u->broken && io_uring_register_ring_fd(&u->ring) == 1) {
+		u->ring_fd_registered = true;
+		loop->stats.ring_fd_registered = 1;
 	}
-	return 0;
 }
 
-/*
- * The registration lives in its thread's table, at an index the ring
- * keeps: only that thread may drop it. On another thread the same index
- * names that thread's own registration (of another loop's ring), so the
- * index is voided, and the exit's unregister is refused by the kernel.
- */
-static void unregister_ring_fd(struct uring *u)
+/* perch_loop_run returns, on the thread that started it: the entry goes. */
+static void uring_run_end(struct perch_loop *loop)
 {
-	if (!u->ring_fd_tid)
+	struct uring *u = st_of(loop);
+	if (!u->ring_fd_registered)
 		return;
-	if (u->ring_fd_tid == gettid())
-		io_uring_unregister_ring_fd(&u->ring);
-	else
-		u->ring.enter_ring_fd = -1; /* out of the table's range */
-	u->ring_fd_tid = 0;
+	io_uring_unregister_ring_fd(&u->ring);
+	u->ring_fd_registered = false;
+	loop->stats.ring_fd_registered = 0;
 }
 
 /*
@@ -109,7 +100,7 @@ struct io_uring_sqe *perch__uring_sqe_get(struct uring *u)
 	if (u->broken)
 		return NULL;
 	/* Work posted before the first poll reaches here first: bind the ring to this thread now. */
-	if (u->unbound && (rc = bind_ring(u)) != 0) {
+	if (u->needs_enable && (rc = enable_ring(u)) != 0) {
 		ring_broken(u, rc);
 		return NULL;
 	}
@@ -189,7 +180,7 @@ static void uring_destroy(struct perch_loop *loop)
 		return;
 	/* Exiting the ring cancels what is left; the sockets it held go next, the buffers last. */
 	perch__uring_zc_reset_held(u);
-	unregister_ring_fd(u);
+	PERCH_ASSERT(!u->ring_fd_registered); /* perch_loop_run dropped it before it returned */
 	io_uring_queue_exit(&u->ring);
 	perch__loop_abandon_all(loop, perch__uring_zc_settle);
 	perch__uring_zc_free_all(u);
@@ -214,7 +205,6 @@ static int uring_init(struct perch_loop *loop, const struct perch_loop_opts *opt
 	}
 	loop->be_state = u;
 	u->loop = loop;
-	u->unbound = true;
 	perch__uring_zc_probe(u);
 	rc = perch__uring_bufs_setup(loop, u, opts->buf_count, opts->buf_size);
 	if (rc != 0) {
@@ -299,7 +289,7 @@ static int uring_poll(struct perch_loop *loop, int timeout_ms)
 {
 	struct uring *u = st_of(loop);
 	int rc;
-	if (u->unbound && (rc = bind_ring(u)) != 0)
+	if (u->needs_enable && (rc = enable_ring(u)) != 0)
 		ring_broken(u, rc);
 	if (u->broken)
 		return u->broken;
@@ -375,6 +365,8 @@ const struct perch__backend perch__uring_backend = {
 	.init = uring_init,
 	.destroy = uring_destroy,
 	.poll = uring_poll,
+	.run_start = uring_run_start,
+	.run_end = uring_run_end,
 	.accept = perch__uring_accept,
 	.accept_pause = perch__uring_accept_pause,
 	.connect = perch__uring_connect,

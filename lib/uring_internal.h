@@ -4,7 +4,6 @@
 
 #include <liburing.h>
 #include <string.h>
-#include <sys/types.h>
 
 #include "backend.h"
 #include "invariant.h"
@@ -107,8 +106,7 @@ struct uring {
 	struct io_uring ring;
 	struct perch_loop *loop;
 	bool needs_enable;           /* created disabled: the first poll enables it (binds the thread) */
-	bool unbound;                /* the loop's thread has not used the ring yet (uring.c, bind_ring) */
-	pid_t ring_fd_tid;           /* the thread whose table holds the ring's fd; 0: not registered */
+	bool ring_fd_registered;     /* perch_loop_run's thread holds the ring's fd in its table (uring_run_start) */
 	bool defer_taskrun;          /* the kernel touches buffers only inside this thread's io_uring_enter */
 	int broken;                  /* the kernel refused the ring for good (-errno): no SQE, the poll returns it */
 	struct io_uring_buf_ring *br;

@@ -1,4 +1,4 @@
-/* tests/test_uring_ring_fd.c: an io_uring loop registers its ring's fd on its thread, falls back to the plain fd where refused, and drops the registration only from the thread that holds it. */
+/* tests/test_uring_ring_fd.c: perch_loop_run registers its io_uring ring's fd in its thread's table for the run's span, and keeps the plain fd where refused. */
 #include "config.h"
 
 #include "cmocka_prelude.h"
@@ -8,23 +8,12 @@
 #include "loop_util.h"
 
 /*
- * Fault injection: the program links with -Wl,--wrap for the ring's setup
- * and the ring fd's registration. Armed, the setup refuses the flag sets
- * with IORING_SETUP_SINGLE_ISSUER, as a kernel before 6.0 does, so the
- * loop gets a ring any thread may use; and the registration is refused.
+ * Fault injection: the program links with -Wl,--wrap=io_uring_register_ring_fd.
+ * Armed, the registration is refused.
  */
-static bool plain_rings;        /* atomic: armed */
 static bool refuse_registration; /* atomic: armed */
 
-int __real_io_uring_queue_init_params(unsigned entries, struct io_uring *ring, struct io_uring_params *p);
 int __real_io_uring_register_ring_fd(struct io_uring *ring);
-
-int __wrap_io_uring_queue_init_params(unsigned entries, struct io_uring *ring, struct io_uring_params *p)
-{
-	if (__atomic_load_n(&plain_rings, __ATOMIC_ACQUIRE) && (p->flags & IORING_SETUP_SINGLE_ISSUER))
-		return -EINVAL;
-	return __real_io_uring_queue_init_params(entries, ring, p);
-}
 
 int __wrap_io_uring_register_ring_fd(struct io_uring *ring)
 {
@@ -36,7 +25,6 @@ int __wrap_io_uring_register_ring_fd(struct io_uring *ring)
 static int disarm(void **state)
 {
 	(void)state;
-	__atomic_store_n(&plain_rings, false, __ATOMIC_RELEASE);
 	__atomic_store_n(&refuse_registration, false, __ATOMIC_RELEASE);
 	return 0;
 }
@@ -47,28 +35,6 @@ static struct perch_loop *new_uring_loop(void)
 	struct perch_loop *loop = NULL;
 	assert_int_equal(perch_loop_new(&o, &loop), 0);
 	return loop;
-}
-
-static void count_run(void *arg)
-{
-	(*(int *)arg)++;
-}
-
-/* On this thread: a posted function runs in one turn (the ring's eventfd read completes through io_uring_enter). */
-static void serves_a_post(struct perch_loop *loop)
-{
-	int ran = 0;
-	assert_int_equal(perch_loop_post(loop, count_run, &ran), 0);
-	for (int i = 0; i < 100 && !ran; i++)
-		assert_true(perch_loop_run_once(loop, 100) >= 0);
-	assert_int_equal(ran, 1);
-}
-
-static uint64_t registered(struct perch_loop *loop)
-{
-	struct perch_loop_stats st;
-	assert_int_equal(perch_loop_stats(loop, &st), 0);
-	return st.ring_fd_registered;
 }
 
 /* 64 KiB through an echo server on `l`, from a plain socket. */
@@ -91,7 +57,34 @@ static void echoes(struct lu_loop *l)
 	free(in);
 }
 
-static void a_loop_registers_its_ring_fd_at_its_first_turn(void **state)
+/* A run on this thread: a posted function reads the stats inside it and stops it; the stats after it are read too. */
+struct run_seen {
+	struct perch_loop *loop;
+	struct perch_loop_stats inside;
+	int inside_rc;
+};
+
+static void look_and_stop(void *arg)
+{
+	struct run_seen *k = arg;
+	k->inside_rc = perch_loop_stats(k->loop, &k->inside);
+	perch_loop_stop(k->loop);
+}
+
+/* Runs `loop` here until the posted look stops it; returns ring_fd_registered inside, and *after the run's. */
+static uint64_t run_here(struct perch_loop *loop, uint64_t *after)
+{
+	struct run_seen k = { .loop = loop, .inside_rc = 1 };
+	assert_int_equal(perch_loop_post(loop, look_and_stop, &k), 0);
+	assert_int_equal(perch_loop_run(loop), 0);
+	assert_int_equal(k.inside_rc, 0);
+	struct perch_loop_stats st;
+	assert_int_equal(perch_loop_stats(loop, &st), 0);
+	*after = st.ring_fd_registered;
+	return k.inside.ring_fd_registered;
+}
+
+static void a_run_registers_its_ring_fd(void **state)
 {
 	(void)state;
 	struct lu_loop l;
@@ -114,88 +107,125 @@ static void a_refused_registration_keeps_the_plain_fd(void **state)
 	assert_int_equal(lu_stop(&l), 0);
 }
 
-/* A thread's table has 16 entries: a free on the thread gives its entry back for the next loop. */
-static void loops_made_and_freed_one_after_another_each_register(void **state)
+/* The kernel's table has 16 entries a thread: with all of them this thread's own, a run keeps the plain fd and serves. */
+static void a_run_on_a_thread_whose_table_is_full_keeps_the_plain_fd(void **state)
 {
 	(void)state;
+	enum { TABLE = 16 };
+	struct io_uring rings[TABLE];
+	int held = 0;
+	for (; held < TABLE; held++) {
+		assert_int_equal(io_uring_queue_init(4, &rings[held], 0), 0);
+		if (io_uring_register_ring_fd(&rings[held]) != 1)
+			break;
+	}
+	print_message("this thread holds %d registered rings\n", held);
+	assert_int_equal(held, TABLE);
+	struct perch_loop *loop = new_uring_loop();
+	uint64_t after;
+	assert_int_equal(run_here(loop, &after), 0);
+	perch_loop_free(loop);
+	for (int i = 0; i < held; i++)
+		io_uring_queue_exit(&rings[i]);
+}
+
+/* Each run registers and lets go before it returns: runs one after another never fill the thread's table. */
+static void runs_one_after_another_each_register_and_let_go(void **state)
+{
+	(void)state;
+	uint64_t after;
+	struct perch_loop *loop = new_uring_loop();
 	for (int i = 0; i < 40; i++) {
-		struct perch_loop *loop = new_uring_loop();
-		serves_a_post(loop);
-		assert_int_equal(registered(loop), 1);
+		assert_int_equal(run_here(loop, &after), 1);
+		assert_int_equal(after, 0);
+	}
+	perch_loop_free(loop);
+	for (int i = 0; i < 20; i++) {
+		loop = new_uring_loop();
+		assert_int_equal(run_here(loop, &after), 1);
+		assert_int_equal(after, 0);
 		perch_loop_free(loop);
 	}
 }
 
-static void a_thread_with_its_table_full_runs_more_loops_unregistered(void **state)
-{
-	(void)state;
-	enum { LOOPS = 20 };
-	struct perch_loop *loops[LOOPS];
-	uint64_t n = 0;
-	for (int i = 0; i < LOOPS; i++) {
-		loops[i] = new_uring_loop();
-		serves_a_post(loops[i]);
-		n += registered(loops[i]);
-	}
-	assert_int_equal(n, 16);
-	for (int i = 0; i < LOOPS; i++)
-		serves_a_post(loops[i]);
-	for (int i = 0; i < LOOPS; i++)
-		perch_loop_free(loops[i]);
-}
-
-/* The other thread's turn: no cmocka assert off the test's thread, what it saw is checked after the join. */
-struct their_turn {
+/* The run's thread: runs the loop, says it returned, then lives on until told to end (a pool thread). */
+struct pool_thread {
 	struct perch_loop *loop;
-	int ran;
-	struct perch_loop_stats st;
-	int stats_rc;
+	int run_rc;
+	sem_t returned, end;
 };
 
-static void *run_a_turn(void *arg)
+static void *pool_thread_main(void *arg)
 {
-	struct their_turn *t = arg;
-	if (perch_loop_post(t->loop, count_run, &t->ran) == 0)
-		for (int i = 0; i < 100 && !t->ran; i++)
-			if (perch_loop_run_once(t->loop, 100) < 0)
-				break;
-	t->stats_rc = perch_loop_stats(t->loop, &t->st);
+	struct pool_thread *p = arg;
+	p->run_rc = perch_loop_run(p->loop);
+	sem_post(&p->returned);
+	while (sem_wait(&p->end) != 0)
+		;
 	return NULL;
 }
 
+/* Accept callback: lets the connection go, and says the listener is in the loop. */
+static void accepted_and_dropped(struct perch_listener *ls, struct perch_conn *c, void *arg)
+{
+	(void)ls;
+	perch_conn_release(c);
+	sem_post(arg);
+}
+
 /*
- * On rings any thread may use (no SINGLE_ISSUER), a loop whose thread has
- * ended, freed from this thread, must not drop this thread's registration
- * at the same index, another loop's.
+ * A registration kept past the run would hold the ring (and its listener)
+ * alive through a free made from another thread while the run's thread
+ * lives: the listener would still take connections.
  */
-static void a_free_off_the_loops_thread_keeps_the_freeing_threads_registration(void **state)
+static void a_free_off_the_runs_thread_while_it_lives_closes_the_listener(void **state)
 {
 	(void)state;
-	__atomic_store_n(&plain_rings, true, __ATOMIC_RELEASE);
-	struct perch_loop *mine = new_uring_loop(), *theirs = new_uring_loop();
-	serves_a_post(mine);
-	assert_int_equal(registered(mine), 1);
-	struct their_turn t = { .loop = theirs };
+	struct pool_thread p = { .loop = new_uring_loop() };
+	sem_init(&p.returned, 0, 0);
+	sem_init(&p.end, 0, 0);
+	sem_t accepted;
+	sem_init(&accepted, 0, 0);
+	struct perch_listener *ls;
+	assert_int_equal(perch_listen(p.loop, "127.0.0.1", 0, NULL, accepted_and_dropped, &accepted, &ls), 0);
+	int port = perch_listener_port(ls);
+	assert_true(port > 0);
 	pthread_t th;
-	assert_int_equal(pthread_create(&th, NULL, run_a_turn, &t), 0);
+	assert_int_equal(pthread_create(&th, NULL, pool_thread_main, &p), 0);
+	int fd = lu_plain_connect(port);
+	assert_true(fd >= 0);
+	assert_int_equal(lu_sem_wait(&accepted, LU_TIMEOUT_MS), 0); /* the listener is in the loop, accepting */
+	close(fd);
+	assert_int_equal(perch_loop_stop(p.loop), 0);
+	assert_int_equal(lu_sem_wait(&p.returned, LU_TIMEOUT_MS), 0);
+	assert_int_equal(p.run_rc, 0);
+	perch_loop_free(p.loop);
+	/* The ring's teardown is the kernel's work after the fd's last close: give it a moment. */
+	bool refused = false;
+	for (int i = 0; i < 200 && !refused; i++) {
+		int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		assert_true(c >= 0);
+		refused = lu_connect_fd(c, port) != 0 && errno == ECONNREFUSED;
+		close(c);
+		if (!refused)
+			usleep(10000);
+	}
+	sem_post(&p.end);
 	assert_int_equal(pthread_join(th, NULL), 0);
-	assert_int_equal(t.ran, 1);
-	assert_int_equal(t.stats_rc, 0);
-	assert_int_equal(t.st.ring_fd_registered, 1);
-	perch_loop_free(theirs);
-	serves_a_post(mine);
-	assert_int_equal(registered(mine), 1);
-	perch_loop_free(mine);
+	sem_destroy(&p.returned);
+	sem_destroy(&p.end);
+	sem_destroy(&accepted);
+	assert_true(refused);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(a_loop_registers_its_ring_fd_at_its_first_turn, disarm),
+		cmocka_unit_test_teardown(a_run_registers_its_ring_fd, disarm),
 		cmocka_unit_test_teardown(a_refused_registration_keeps_the_plain_fd, disarm),
-		cmocka_unit_test_teardown(loops_made_and_freed_one_after_another_each_register, disarm),
-		cmocka_unit_test_teardown(a_thread_with_its_table_full_runs_more_loops_unregistered, disarm),
-		cmocka_unit_test_teardown(a_free_off_the_loops_thread_keeps_the_freeing_threads_registration, disarm),
+		cmocka_unit_test_teardown(a_run_on_a_thread_whose_table_is_full_keeps_the_plain_fd, disarm),
+		cmocka_unit_test_teardown(runs_one_after_another_each_register_and_let_go, disarm),
+		cmocka_unit_test_teardown(a_free_off_the_runs_thread_while_it_lives_closes_the_listener, disarm),
 	};
 	return cmocka_run_group_tests_name("io_uring registered ring fd", tests, NULL, NULL);
 }

@@ -156,10 +156,12 @@ struct perch_loop_stats {
 				      * pause by what the kernel takes before the pause's cancel lands */
 	uint64_t bufs_given_back;    /* receive buffers whose pages a loop gave back to the kernel after
 				      * they sat unused for a second (each time: doc/loop.md, "Receive memory") */
-	uint64_t ring_fd_registered; /* io_uring: 1 when the loop's thread registered the ring's fd
-				      * at its first turn, so io_uring_enter skips the fd lookup
-				      * (0 where refused: before Linux 5.18, or that thread's 16
-				      * registrations are taken; doc/loop.md, "Registered ring fd") */
+	uint64_t ring_fd_registered; /* io_uring: 1 while perch_loop_run runs with the ring's fd
+				      * registered in its thread's table, so io_uring_enter skips
+				      * the fd lookup; 0 outside perch_loop_run (perch_loop_run_once
+				      * alone never registers) and where refused: before Linux
+				      * 5.18, or that thread's 16 entries are taken (doc/loop.md,
+				      * "Registered ring fd") */
 };
 
 /*
