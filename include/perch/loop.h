@@ -136,7 +136,11 @@ PERCH_API int perch_loop_new(const struct perch_loop_opts *opts, struct perch_lo
 /* The backend the loop runs on: "io_uring" or "epoll" (NULL for NULL). Any thread. */
 PERCH_API const char *perch_loop_backend_name(const struct perch_loop *loop);
 
-/* What a loop has done since it was made, counted on its thread (perch_loop_stats). */
+/*
+ * What a loop has done since it was made, counted on its thread
+ * (perch_loop_stats). A counter marked "io_uring:" reads 0 on the epoll
+ * backend.
+ */
 struct perch_loop_stats {
 	uint64_t enobufs_parks;      /* receives that waited for a free receive buffer */
 	uint64_t own_receives;       /* receives into a connection's own memory: its peer ended while it waited */
@@ -320,7 +324,12 @@ PERCH_API int perch_listener_port(const struct perch_listener *l);
 /*
  * Stops accepting and frees the listener once its last completion came.
  * Connections already accepted are untouched. Any thread; `l` must not be
- * used after. Returns 0 or -EINVAL.
+ * used after. Asynchronous: the socket closes on the loop's thread (off it,
+ * at its next turn) once the kernel gave back its accept, so until then a
+ * connect may still complete (and be reset or dropped), and a listen on
+ * the same port may get -EADDRINUSE; nothing reports that moment (a
+ * server restarting on its port sets reuseport, or retries). Returns 0 or
+ * -EINVAL.
  */
 PERCH_API int perch_listener_close(struct perch_listener *l);
 
