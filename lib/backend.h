@@ -245,6 +245,7 @@ struct perch_loop {
 	uint32_t nfree, cap, live;
 	uint32_t owner_tid;          /* the thread that first ran the loop; 0 before (claimed by CAS) */
 	bool freeing;
+	bool in_turn;                /* one of its turns runs (on its thread): another, nested, is refused */
 	struct perch_loop_opts opts; /* resolved: backend and read_budget included */
 	const char *be_refused_at;   /* set by a failed init: the call the kernel refused */
 	char be_refused_why[160];    /* set by a failed init that knows its cause better than refusal_cause */

@@ -176,15 +176,17 @@ int perch_loop_run_once(struct perch_loop *loop, int timeout_ms)
 		return -EINVAL;
 	if (!perch__loop_claim(loop))
 		return -EEXIST;
-	/* From inside one of this loop's callbacks: a nested turn would re-enter dispatch. */
-	if (perch__current_loop == loop)
+	/* From inside one of this loop's callbacks, or another loop's run from one: a nested turn would re-enter dispatch. */
+	if (perch__current_loop == loop || loop->in_turn)
 		return -EBUSY;
 	struct perch_loop *prev = perch__current_loop;
 	perch__current_loop = loop;
+	loop->in_turn = true;
 	int posted = perch__inbox_drain(loop);
 	/* Posted work counts as this turn's events: do not also sleep. */
 	int rc = loop->be->poll(loop, posted ? 0 : turn_timeout(loop, timeout_ms));
 	perch__timers_expire(loop);
+	loop->in_turn = false;
 	perch__current_loop = prev;
 	return rc < 0 ? rc : rc + posted;
 }
@@ -195,7 +197,7 @@ int perch_loop_run(struct perch_loop *loop)
 		return -EINVAL;
 	if (!perch__loop_claim(loop))
 		return -EEXIST;
-	if (perch__current_loop == loop)
+	if (perch__current_loop == loop || loop->in_turn)
 		return -EBUSY;
 	if (loop->be->run_start)
 		loop->be->run_start(loop);

@@ -32,6 +32,7 @@ static int enable_ring(struct uring *u)
 static void uring_run_start(struct perch_loop *loop)
 {
 	struct uring *u = st_of(loop);
+	PERCH_ASSERT(!u->ring_fd_registered); /* a run inside its own turn is refused (-EBUSY) */
 	if (!u->broken && io_uring_register_ring_fd(&u->ring) == 1) {
 		u->ring_fd_registered = true;
 		loop->stats.ring_fd_registered = 1;

@@ -196,8 +196,11 @@ static void a_free_off_the_runs_thread_while_it_lives_closes_the_listener(void *
 	assert_true(fd >= 0);
 	assert_int_equal(lu_sem_wait(&accepted, LU_TIMEOUT_MS), 0); /* the listener is in the loop, accepting */
 	close(fd);
-	assert_int_equal(perch_loop_stop(p.loop), 0);
+	struct run_seen k = { .loop = p.loop, .inside_rc = 1 };
+	assert_int_equal(perch_loop_post(p.loop, look_and_stop, &k), 0); /* the run registered: else nothing is tested */
 	assert_int_equal(lu_sem_wait(&p.returned, LU_TIMEOUT_MS), 0);
+	assert_int_equal(k.inside_rc, 0);
+	assert_int_equal(k.inside.ring_fd_registered, 1);
 	assert_int_equal(p.run_rc, 0);
 	perch_loop_free(p.loop);
 	/* The ring's teardown is the kernel's work after the fd's last close: give it a moment. */
@@ -218,6 +221,58 @@ static void a_free_off_the_runs_thread_while_it_lives_closes_the_listener(void *
 	assert_true(refused);
 }
 
+/* Two loops on this thread: A's posted function turns B, whose posted function tries to run A again. */
+struct nested {
+	struct perch_loop *a, *b;
+	int run_rc, run_once_rc, b_turn_rc;
+};
+
+static void b_tries_a(void *arg)
+{
+	struct nested *n = arg;
+	n->run_rc = perch_loop_run(n->a);
+	n->run_once_rc = perch_loop_run_once(n->a, 0);
+}
+
+static void a_turns_b(void *arg)
+{
+	struct nested *n = arg;
+	if (perch_loop_post(n->b, b_tries_a, n) == 0)
+		n->b_turn_rc = perch_loop_run_once(n->b, 0);
+	perch_loop_stop(n->a);
+}
+
+/*
+ * A's run, reached again through B's turn inside A's own: refused. Let
+ * through, its registration would replace the outer run's in liburing's
+ * ring, and the outer entry would outlive the run.
+ */
+static void a_run_inside_its_own_turn_through_another_loop_is_refused(void **state)
+{
+	(void)state;
+	struct nested n = { .a = new_uring_loop(), .b = new_uring_loop(), .run_rc = 1, .run_once_rc = 1 };
+	assert_int_equal(perch_loop_post(n.a, a_turns_b, &n), 0);
+	assert_int_equal(perch_loop_run(n.a), 0);
+	assert_true(n.b_turn_rc >= 1);
+	assert_int_equal(n.run_rc, -EBUSY);
+	assert_int_equal(n.run_once_rc, -EBUSY);
+	perch_loop_free(n.b);
+	perch_loop_free(n.a);
+	/* No entry was left behind: this thread's 16 are all free. */
+	struct io_uring rings[16];
+	int held = 0;
+	for (; held < 16; held++) {
+		assert_int_equal(io_uring_queue_init(4, &rings[held], 0), 0);
+		if (io_uring_register_ring_fd(&rings[held]) != 1) {
+			io_uring_queue_exit(&rings[held]);
+			break;
+		}
+	}
+	for (int i = 0; i < held; i++)
+		io_uring_queue_exit(&rings[i]);
+	assert_int_equal(held, 16);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -226,6 +281,7 @@ int main(void)
 		cmocka_unit_test_teardown(a_run_on_a_thread_whose_table_is_full_keeps_the_plain_fd, disarm),
 		cmocka_unit_test_teardown(runs_one_after_another_each_register_and_let_go, disarm),
 		cmocka_unit_test_teardown(a_free_off_the_runs_thread_while_it_lives_closes_the_listener, disarm),
+		cmocka_unit_test_teardown(a_run_inside_its_own_turn_through_another_loop_is_refused, disarm),
 	};
 	return cmocka_run_group_tests_name("io_uring registered ring fd", tests, NULL, NULL);
 }

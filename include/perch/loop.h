@@ -180,9 +180,10 @@ PERCH_API int perch_loop_stats(struct perch_loop *loop, struct perch_loop_stats 
 
 /*
  * Runs turns until perch_loop_stop. Returns 0 after a stop, or a negative
- * errno: -EEXIST run from a thread that does not own it, or the backend's
- * fatal error (a broken ring: doc/loop.md, "When the kernel refuses a
- * call"; then free the loop).
+ * errno: -EINVAL (NULL); -EEXIST run from a thread that does not own it;
+ * -EBUSY inside one of its own turns (its callbacks, or another loop's
+ * run from one); or the backend's fatal error (a broken ring: doc/loop.md,
+ * "When the kernel refuses a call"; then free the loop).
  */
 PERCH_API int perch_loop_run(struct perch_loop *loop);
 
@@ -195,8 +196,9 @@ PERCH_API int perch_loop_run(struct perch_loop *loop);
  * until the soonest is due, and runs the due ones after the completions:
  * a turn that only ran timers may also return 0. Returns
  * the number of completions dispatched, or a negative errno (-EINVAL;
- * -EEXIST from a thread that does not own the loop; -EBUSY from inside one
- * of the loop's own callbacks; or the backend's fatal error, which every
+ * -EEXIST from a thread that does not own the loop; -EBUSY inside one of
+ * its own turns: its callbacks, or another loop's turn run from one; or
+ * the backend's fatal error, which every
  * later turn returns too: free the loop).
  */
 PERCH_API int perch_loop_run_once(struct perch_loop *loop, int timeout_ms);
