@@ -39,8 +39,11 @@ for be in "${@:-uring epoll}"; do
 		valgrind --tool=massif --massif-out-file="$TMP/massif.$b" --threshold=0.1 --detailed-freq=1 \
 			"$BUILD/examples/httpd/httpd" --port 0 --backend "$b" --idle-timeout 0 >"$TMP/out" 2>"$TMP/err" &
 		pid=$!
-		for _ in $(seq 100); do grep -q "listening on" "$TMP/out" && break; sleep 0.2; done
-		port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$TMP/out")
+		for _ in $(seq 100); do
+			port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9][0-9]*\), .*/\1/p' "$TMP/out")
+			[[ -n $port ]] && break
+			sleep 0.2
+		done
 		[[ -n $port ]] || { echo "conn_bytes.sh: httpd did not start: $(cat "$TMP/err")" >&2; exit 1; }
 		(sleep 3 | "$BUILD/bench/idle_client" --port "$port" --conns "$CONNS" --csv >/dev/null)
 		kill -TERM "$pid"

@@ -37,7 +37,8 @@ start() {
 	"$@" >"$out" 2>"$dir/$name.err" &
 	pids+=($!)
 	for _ in $(seq 100); do
-		grep -q "listening on" "$out" 2>/dev/null && return 0
+		# Whole up to its thread count: a read may catch the line half written.
+		grep -q "listening on .*, [0-9]* threads*, " "$out" 2>/dev/null && return 0
 		sleep 0.1
 	done
 	echo "FAIL: $name did not start: $(cat "$dir/$name.err")"

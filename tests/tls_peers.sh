@@ -43,11 +43,11 @@ start() {
 	"$@" >"$out" 2>"$dir/$name.err" &
 	pids+=($!)
 	for _ in $(seq 100); do
-		if grep -q "listening on" "$out" 2>/dev/null; then
-			local line port
-			line=$(grep "listening on" "$out")
-			port=${line#*127.0.0.1:}
-			printf -v "PORT_$name" '%s' "${port%%,*}"
+		# The port counts once the ", " after it is there: a read may catch the line half written.
+		local port
+		port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9][0-9]*\), .*/\1/p' "$out" 2>/dev/null)
+		if [[ -n $port ]]; then
+			printf -v "PORT_$name" '%s' "$port"
 			return 0
 		fi
 		sleep 0.1
