@@ -257,6 +257,7 @@ struct perch_loop {
 	struct perch_timer accept_retry;   /* armed while any is paused: resumes them all once it fires */
 	/* armed timers (timed connects too): a list per duration, [DURATIONS] for the rest */
 	struct perch__timer_list timers[PERCH__TIMER_DURATIONS + 1];
+	uint32_t timers_held;        /* bit i set while timers[i] holds a timer: a turn looks at those alone */
 	struct perch__timer_list timers_firing; /* due ones, while perch__timers_expire runs them */
 	struct {
 		uint64_t enobufs_parks;   /* recvs parked for want of buffers */

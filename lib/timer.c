@@ -13,7 +13,15 @@ double perch__now_ms(void)
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static void list_unlink(struct perch__timer_list *l, struct perch_timer *t)
+_Static_assert(PERCH__TIMER_DURATIONS + 1 <= 32, "a bit per list in timers_held");
+
+/* The bit of `l` in loop->timers_held; the firing list has none. */
+static uint32_t held_bit(const struct perch_loop *loop, const struct perch__timer_list *l)
+{
+	return l == &loop->timers_firing ? 0 : 1u << (l - loop->timers);
+}
+
+static inline void list_unlink(struct perch__timer_list *l, struct perch_timer *t)
 {
 	if (t->prev)
 		t->prev->next = t->next;
@@ -23,6 +31,8 @@ static void list_unlink(struct perch__timer_list *l, struct perch_timer *t)
 		t->next->prev = t->prev;
 	else
 		l->tail = t->prev;
+	if (!l->head)
+		t->loop->timers_held &= ~held_bit(t->loop, l);
 	t->prev = t->next = NULL;
 	t->list = NULL;
 }
@@ -35,6 +45,8 @@ static void list_unlink(struct perch__timer_list *l, struct perch_timer *t)
 static void list_insert_by_due(struct perch_loop *loop, struct perch__timer_list *l,
 			       struct perch_timer *t)
 {
+	if (!l->head)
+		loop->timers_held |= held_bit(loop, l);
 	struct perch_timer *after = l->tail;
 	while (after && after->due_ms > t->due_ms) {
 		after = after->prev;
@@ -73,27 +85,28 @@ static void list_append(struct perch__timer_list *l, struct perch_timer *t)
  */
 static struct perch__timer_list *list_for(struct perch_loop *loop, unsigned ms)
 {
-	struct perch__timer_list *free_one = NULL;
-	for (int i = 0; i < PERCH__TIMER_DURATIONS; i++) {
-		struct perch__timer_list *l = &loop->timers[i];
-		if (l->head && l->ms == ms)
+	const uint32_t own = (1u << PERCH__TIMER_DURATIONS) - 1;
+	for (uint32_t held = loop->timers_held & own; held; held &= held - 1) {
+		struct perch__timer_list *l = &loop->timers[__builtin_ctz(held)];
+		if (l->ms == ms)
 			return l;
-		if (!l->head && !free_one)
-			free_one = l;
 	}
-	if (!free_one)
+	uint32_t free_ones = ~loop->timers_held & own;
+	if (!free_ones)
 		return &loop->timers[PERCH__TIMER_DURATIONS];
-	free_one->ms = ms;
-	return free_one;
+	struct perch__timer_list *l = &loop->timers[__builtin_ctz(free_ones)];
+	l->ms = ms;
+	return l;
 }
 
 /* The armed list whose head is due soonest, or NULL when none is armed. */
 static struct perch__timer_list *soonest_list(struct perch_loop *loop)
 {
 	struct perch__timer_list *best = NULL;
-	for (int i = 0; i <= PERCH__TIMER_DURATIONS; i++) {
-		struct perch__timer_list *l = &loop->timers[i];
-		if (l->head && (!best || l->head->due_ms < best->head->due_ms))
+	for (uint32_t held = loop->timers_held; held; held &= held - 1) {
+		struct perch__timer_list *l = &loop->timers[__builtin_ctz(held)];
+		PERCH_ASSERT(l->head); /* a list's bit goes with its last timer */
+		if (!best || l->head->due_ms < best->head->due_ms)
 			best = l;
 	}
 	return best;
@@ -105,11 +118,25 @@ void perch__timer_disarm(struct perch_timer *t)
 		list_unlink(t->list, t);
 }
 
+/* Whether `t` is on the own list of timers of `ms` (not the shared one, nor firing). */
+static bool on_own_list(const struct perch_timer *t, unsigned ms)
+{
+	const struct perch__timer_list *l = t->list;
+	return l && l->ms == ms && l != &t->loop->timers_firing && l != &t->loop->timers[PERCH__TIMER_DURATIONS];
+}
+
 void perch__timer_arm_at(struct perch_timer *t, double due_ms, unsigned ms)
 {
+	struct perch__timer_list *l = t->list;
+	/* A restart (an idle timeout pushed back at each request) stays on its list, usually going last. */
+	bool same = on_own_list(t, ms);
+	if (same && t == l->tail && (!t->prev || t->prev->due_ms <= due_ms)) {
+		t->due_ms = due_ms;
+		return;
+	}
 	perch__timer_disarm(t);
 	t->due_ms = due_ms;
-	list_insert_by_due(t->loop, list_for(t->loop, ms), t);
+	list_insert_by_due(t->loop, same ? l : list_for(t->loop, ms), t);
 }
 
 bool perch__timers_soonest(const struct perch_loop *loop, double *due_ms)

@@ -11,6 +11,7 @@
 #include <perch.h>
 
 #include "backend.h" /* the loop's stats: timer_walk_steps */
+#include "loop_internal.h" /* perch__timer_arm_at: a due time, as a connect arms its deadline */
 #include "both_backends.h"
 
 static enum perch_backend backend;
@@ -227,6 +228,54 @@ static void starting_an_armed_timer_again_replaces_its_time(void **state)
 	assert_true(f.at_ms[0] - start >= 120.0);
 	run_for(loop, 50, NULL);
 	assert_int_equal(f.count, 1); /* once: the first start left nothing behind */
+	perch_loop_free(loop);
+}
+
+/*
+ * Three timers of one duration; the first is started again before any
+ * turn: it leaves its place at the head for the end, so the other two fire
+ * before it.
+ */
+static void restarting_the_first_of_three_of_a_duration_moves_it_last(void **state)
+{
+	struct perch_loop *loop = new_loop();
+	struct perch_timer t[3];
+	struct firing f[3];
+	int next = 0;
+	for (int i = 0; i < 3; i++) {
+		f[i] = (struct firing){ .next_order = &next, .id = i };
+		perch_timer_init(&t[i], loop, record, &f[i]);
+		assert_int_equal(perch_timer_start(&t[i], 30), 0);
+	}
+	assert_int_equal(perch_timer_start(&t[0], 30), 0); /* no turn between: none can have fired */
+	run_for(loop, 2000, &f[0].count);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(f[i].count, 1);
+	assert_int_equal(f[1].order[0], 0);
+	assert_int_equal(f[2].order[0], 1);
+	assert_int_equal(f[0].order[0], 2);
+	perch_loop_free(loop);
+}
+
+/*
+ * A connect's deadline is armed as a due time, which may come before that
+ * of the timer ahead of it on its duration's list (it was reckoned on
+ * another thread): arming it there must not leave it behind a later one.
+ */
+static void a_restart_due_before_the_timer_ahead_of_it_fires_first(void **state)
+{
+	struct perch_loop *loop = new_loop();
+	struct perch_timer a, b;
+	struct firing fa = { 0 }, fb = { 0 };
+	perch_timer_init(&a, loop, record, &fa);
+	perch_timer_init(&b, loop, record, &fb);
+	assert_int_equal(perch_timer_start(&a, 5000), 0);
+	assert_int_equal(perch_timer_start(&b, 5000), 0);
+	perch__timer_arm_at(&b, perch__now_ms() + 10, 5000);
+	run_for(loop, 2000, &fb.count);
+	assert_int_equal(fb.count, 1);
+	assert_int_equal(fa.count, 0);
+	perch_timer_stop(&a);
 	perch_loop_free(loop);
 }
 
@@ -467,6 +516,8 @@ int main(void)
 		cmocka_unit_test(a_start_among_many_timers_of_another_duration_walks_past_none),
 		cmocka_unit_test(a_stopped_timer_does_not_fire_and_stopping_twice_is_harmless),
 		cmocka_unit_test(starting_an_armed_timer_again_replaces_its_time),
+		cmocka_unit_test(restarting_the_first_of_three_of_a_duration_moves_it_last),
+		cmocka_unit_test(a_restart_due_before_the_timer_ahead_of_it_fires_first),
 		cmocka_unit_test(a_callback_restarting_its_timer_for_0_ms_fires_it_once_a_turn),
 		cmocka_unit_test(a_callback_may_stop_another_due_timer_and_free_its_own),
 		cmocka_unit_test(start_and_stop_off_the_owning_thread_are_refused_with_eexist),
