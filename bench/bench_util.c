@@ -292,3 +292,15 @@ int bu_second_thread(void)
 	pthread_detach(th);
 	return 0;
 }
+
+static int by_value(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+double bu_median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), by_value);
+	return v[n / 2];
+}

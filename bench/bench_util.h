@@ -75,4 +75,7 @@ int bu_room_for_fds(const char *prog, uint64_t n);
  */
 int bu_second_thread(void);
 
+/* The median of v[0..n) (n > 0), which it sorts in place. */
+double bu_median(double *v, int n);
+
 #endif /* PERCH_BENCH_UTIL_H */

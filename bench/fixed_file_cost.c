@@ -72,18 +72,6 @@ static double updates_ns(struct io_uring *ring, int fd, long pairs)
 	return ((double)bu_now_ns() - t0) / (double)(2 * pairs);
 }
 
-static int by_value(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, long n)
-{
-	qsort(v, (size_t)n, sizeof(double), by_value);
-	return v[n / 2];
-}
-
 int main(int argc, char **argv)
 {
 	long sends = argc > 1 ? atol(argv[1]) : 200000, rounds = argc > 2 ? atol(argv[2]) : 7;
@@ -118,7 +106,8 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	double fd_ns = median(by_fd, rounds), index_ns = median(by_index, rounds), update_ns = median(update, rounds);
+	double fd_ns = bu_median(by_fd, (int)rounds), index_ns = bu_median(by_index, (int)rounds);
+	double update_ns = bu_median(update, (int)rounds);
 	printf("sends of %d B, %ld per round, %ld rounds, medians (ns per operation)\n", MSG, sends, rounds);
 	printf("  send by fd:               %8.1f\n", fd_ns);
 	printf("  send by registered index: %8.1f\n", index_ns);

@@ -190,18 +190,6 @@ static int round_once(struct io_uring *ring, struct bufring *b, int lfd, int por
 	return 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return v[n / 2];
-}
-
 int main(int argc, char **argv)
 {
 	uint64_t mib = 256, rounds = 7, size = 16384;
@@ -249,8 +237,8 @@ int main(int argc, char **argv)
 	       (unsigned long long)mib, (unsigned long long)rounds, (unsigned long long)size);
 	printf("%-10s %18s %18s %12s\n", "recv", "receiver CPU us/MiB", "completions/MiB", "MiB/s");
 	for (int k = 0; k < 2; k++)
-		printf("%-10s %18.1f %18.1f %12.0f\n", k ? "bundle" : "one each", median(cpu[k], (int)rounds),
-		       median(cq[k], (int)rounds), median(rate[k], (int)rounds));
+		printf("%-10s %18.1f %18.1f %12.0f\n", k ? "bundle" : "one each", bu_median(cpu[k], (int)rounds),
+		       bu_median(cq[k], (int)rounds), bu_median(rate[k], (int)rounds));
 	io_uring_queue_exit(&ring);
 	close(lfd);
 	return 0;
