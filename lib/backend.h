@@ -274,6 +274,8 @@ struct perch_loop {
 		uint64_t recv_limit_refused; /* io_uring: 1 once the kernel refused a multishot recv's byte limit */
 		uint64_t bufs_given_back; /* receive buffers whose pages went back after a quiet interval (pool_trim.h) */
 		uint64_t ring_fd_registered; /* io_uring: 1 while perch_loop_run holds the ring's fd registered */
+		uint64_t recv_bundles;    /* io_uring: 1 when multishot receives take bundles */
+		uint64_t bundle_bufs;     /* io_uring: buffers that came in completions of more than one */
 		uint64_t recv_arms;       /* io_uring: recv SQEs prepared (a multishot's counts once) */
 		uint64_t timer_walk_steps; /* timers a start walked past to keep its list in due order */
 		uint64_t ring_target;     /* io_uring: receive buffers the ring is kept at (doubled when short,

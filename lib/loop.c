@@ -153,6 +153,8 @@ int perch_loop_stats(struct perch_loop *loop, struct perch_loop_stats *out)
 		.recv_limit_refused = loop->stats.recv_limit_refused,
 		.bufs_given_back = loop->stats.bufs_given_back,
 		.ring_fd_registered = loop->stats.ring_fd_registered,
+		.recv_bundles = loop->stats.recv_bundles,
+		.bundle_bufs = loop->stats.bundle_bufs,
 	};
 	return 0;
 }

@@ -189,6 +189,7 @@ static void uring_destroy(struct perch_loop *loop)
 	free(u->br);
 	free(u->bufs);
 	free(u->segs);
+	free(u->ring_pos);
 	free(u->spare);
 	free(u);
 	loop->be_state = NULL;
@@ -212,6 +213,7 @@ static int uring_init(struct perch_loop *loop, const struct perch_loop_opts *opt
 		uring_destroy(loop);
 		return rc;
 	}
+	perch__uring_bundles_probe(u, opts->recv_bundles_off);
 	/* On the creating thread: the SQ is empty, and perch__uring_sqe_get would bind the ring to this thread. */
 	prep_wake(loop, io_uring_get_sqe(&u->ring));
 	return 0;

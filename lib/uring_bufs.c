@@ -129,7 +129,8 @@ int perch__uring_bufs_setup(struct perch_loop *loop, struct uring *u, uint32_t c
 		return -ENOMEM;
 	u->segs = calloc(count, sizeof(*u->segs));
 	u->spare = malloc(count * sizeof(*u->spare));
-	if (!u->segs || !u->spare)
+	u->ring_pos = calloc(count, sizeof(*u->ring_pos));
+	if (!u->segs || !u->spare || !u->ring_pos)
 		return -ENOMEM;
 	loop->be_refused_at = NULL;
 	memset(u->br, 0, u->br_bytes);
@@ -159,4 +160,18 @@ int perch__uring_bufs_setup(struct perch_loop *loop, struct uring *u, uint32_t c
 	shrink_window_restart(u);
 	perch__pool_trim_init(&u->trim, loop, u->bufs, size, u->nspare, pool_tick, u); /* the spares: never written */
 	return 0;
+}
+
+/*
+ * Whether multishot recvs take bundles: the kernel has them (6.10+) and
+ * the ring runs with DEFER_TASKRUN, so the kernel takes buffers and posts
+ * their completions only inside this thread's io_uring_enter, one receive
+ * after another: completions come in the order their buffers left the
+ * ring, and a bundle's buffers after its first are still where they went
+ * in when its completion is read (perch__uring_on_recv).
+ */
+void perch__uring_bundles_probe(struct uring *u, bool off)
+{
+	u->bundles = !off && u->defer_taskrun && (u->ring.features & IORING_FEAT_RECVSEND_BUNDLE);
+	u->loop->stats.recv_bundles = u->bundles;
 }

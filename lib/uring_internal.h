@@ -14,6 +14,13 @@
 #define MAX_BATCHES 16         /* per poll: then let the caller's turn end (posted work, stop) */
 #define RING_TARGET_MIN 64     /* the ring starts with this many (doubled when short, halved back once quiet) */
 #define RING_SHRINK_POLLS 1024 /* polls (not time) in which a ring never used half its buffers, before it halves */
+/* liburing 2.3's headers predate recv bundles (Linux 6.10). */
+#ifndef IORING_RECVSEND_BUNDLE
+#define IORING_RECVSEND_BUNDLE (1U << 4)
+#endif
+#ifndef IORING_FEAT_RECVSEND_BUNDLE
+#define IORING_FEAT_RECVSEND_BUNDLE (1U << 14)
+#endif
 #define SQE_RETRIES 16         /* submits a full SQ tries, each after emptying the CQ, before the ring is broken */
 
 /* user_data: op (8 bits) | generation (24 bits) | slot (32 bits). */
@@ -113,6 +120,7 @@ struct uring {
 	size_t br_bytes;
 	uint8_t *bufs;
 	struct perch__rxseg *segs;   /* one per buffer id */
+	uint16_t *ring_pos;          /* buffer id -> where it went in the ring (the tail then, unmasked): a bundle's next ones follow it there */
 	uint32_t nbufs, buf_size, mask;
 	uint32_t ring_free;          /* buffers in the ring now */
 	/*
@@ -135,6 +143,7 @@ struct uring {
 	struct perch__park_list parked; /* ENOBUFS, FIFO: first parked, first served */
 	uint64_t wake_val;
 	bool zerocopy;               /* the kernel has SEND_ZC and SENDMSG_ZC (probed at init) */
+	bool bundles;                /* multishot recvs take bundles: several buffers a completion (perch__uring_bundles_probe) */
 	bool recv_limit_refused;     /* the kernel refused a multishot recv's byte limit: none from then on */
 	bool recv_limit_known;       /* a limited one received: the kernel takes the limit */
 	struct zc_hold *zc_holds;    /* every hold, until its chain went back */
@@ -161,6 +170,7 @@ static inline void perch__uring_buf_add(struct uring *u, uint32_t bid, int offse
 {
 	io_uring_buf_ring_add(u->br, u->bufs + (size_t)bid * u->buf_size, u->buf_size, (unsigned short)bid,
 			      (int)u->mask, offset);
+	u->ring_pos[bid] = (uint16_t)(u->br->tail + offset);
 	u->ring_free++;
 }
 
@@ -196,6 +206,8 @@ static inline void perch__uring_buf_return(struct uring *u, uint32_t bid)
 
 /* Maps and registers the ring of `count` buffers of `size` (liburing 2.3 has no setup helper). */
 int perch__uring_bufs_setup(struct perch_loop *loop, struct uring *u, uint32_t count, uint32_t size);
+/* Once the ring is set up: whether multishot recvs take bundles (not when `off`); sets stats.recv_bundles. */
+void perch__uring_bundles_probe(struct uring *u, bool off);
 
 /* uring_enomem.c: what the kernel locks for a ring of `entries`, and for a buffer ring of `count` (lower bounds). */
 size_t perch__uring_ring_lock_bytes(uint32_t entries);

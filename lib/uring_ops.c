@@ -152,6 +152,8 @@ void perch__uring_recv_arm(struct perch__sock *s)
 		io_uring_prep_recv_multishot(sqe, s->fd, NULL, 0, 0);
 		us->flags |= F_RECV | F_RECV_MS;
 		limit_to_room(u, s, sqe);
+		if (u->bundles)
+			sqe->ioprio |= IORING_RECVSEND_BUNDLE;
 	}
 	sqe->flags |= IOSQE_BUFFER_SELECT;
 	if (!bytes_waiting_for_multishot(s))
@@ -312,6 +314,49 @@ static bool limit_refused(struct uring *u, struct perch__sock *s, int res, uint3
 	return true;
 }
 
+/*
+ * The buffers a receive of `res` bytes filled, from `bid` on, as a list
+ * of segments: one buffer, or a bundle's, each full but the last. A
+ * bundle's buffers after the first are the ones that followed it into
+ * the ring, read off the ring before any is delivered: a delivery may
+ * give buffers back, and the refill they start may reuse ring slots
+ * once their buffers are counted out of the ring.
+ */
+static struct perch_seg *take_buffers(struct uring *u, uint32_t bid, uint32_t res)
+{
+	struct perch_seg *first = NULL, **tail = &first;
+	uint16_t pos = u->ring_pos[bid];
+	PERCH_ASSERT(u->bundles || res <= u->buf_size); /* only a bundle spans buffers */
+	PERCH_ASSERT(u->br->bufs[pos & u->mask].bid == bid); /* counted in the ring until now: not reused */
+	uint32_t nbufs = (res + u->buf_size - 1) / u->buf_size;
+	for (uint32_t i = 0; i < nbufs; i++) {
+		uint32_t id = i == 0 ? bid : u->br->bufs[(uint16_t)(pos + i) & u->mask].bid;
+		struct perch_seg *seg = &u->segs[id].seg;
+		seg->data = u->bufs + (size_t)id * u->buf_size;
+		seg->len = i + 1 < nbufs ? u->buf_size : res - i * u->buf_size;
+		seg->buf_id = id;
+		*tail = seg;
+		tail = &seg->next;
+		perch__uring_buf_taken(u);
+	}
+	*tail = NULL;
+	if (nbufs > 1)
+		u->loop->stats.bundle_bufs += nbufs;
+	return first;
+}
+
+/* Hands the segments of one receive to `s`, in order. */
+static void deliver(struct perch__sock *s, struct perch_seg *seg)
+{
+	while (seg) {
+		struct perch_seg *next = seg->next;
+		seg->next = NULL;
+		seg->owner = s->loop;
+		perch__loop_received(s, perch__container_of(seg, struct perch__rxseg, seg));
+		seg = next;
+	}
+}
+
 void perch__uring_on_recv(struct uring *u, struct perch__sock *s, int res, uint32_t flags, bool last)
 {
 	if (limit_refused(u, s, res, flags, last))
@@ -320,16 +365,10 @@ void perch__uring_on_recv(struct uring *u, struct perch__sock *s, int res, uint3
 		us_of(s)->flags &= ~(F_RECV | F_RECV_MS | F_RECV_CANCEL | F_RECV_LIM);
 	if (flags & IORING_CQE_F_BUFFER) {
 		uint32_t bid = flags >> IORING_CQE_BUFFER_SHIFT;
-		perch__uring_buf_taken(u);
 		if (res > 0) {
-			struct perch__rxseg *rs = &u->segs[bid];
-			rs->seg.next = NULL;
-			rs->seg.data = u->bufs + (size_t)bid * u->buf_size;
-			rs->seg.len = (uint32_t)res;
-			rs->seg.buf_id = bid;
-			rs->seg.owner = s->loop;
-			perch__loop_received(s, rs);
+			deliver(s, take_buffers(u, bid, (uint32_t)res));
 		} else {
+			perch__uring_buf_taken(u);
 			perch__uring_buf_return(u, bid); /* an error or EOF that still took a buffer */
 		}
 	}
