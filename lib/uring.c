@@ -238,10 +238,9 @@ static void dispatch(struct perch_loop *loop, uint64_t ud, int res, uint32_t fla
 	struct zc_hold *h = op == OP_SEND_ZC ? UD_ZC_HOLD(ud) : NULL;
 	struct perch__sock *s = h ? h->s : perch__loop_sock(loop, UD_SLOT(ud), UD_GEN(ud));
 	if (!s) {
-		/* A completion for a socket that has left: its buffer still goes back. */
+		/* A completion for a socket that has left: its buffers still go back. */
 		if (flags & IORING_CQE_F_BUFFER) {
-			perch__uring_buf_taken(u);
-			perch__uring_buf_return(u, flags >> IORING_CQE_BUFFER_SHIFT);
+			perch__uring_recv_orphaned(u, res, flags);
 			perch__uring_serve_parked(u);
 		}
 		return;

@@ -2,8 +2,10 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include "uring_internal.h"
@@ -163,15 +165,31 @@ int perch__uring_bufs_setup(struct perch_loop *loop, struct uring *u, uint32_t c
 }
 
 /*
- * Whether multishot recvs take bundles: the kernel has them (6.10+) and
- * the ring runs with DEFER_TASKRUN, so the kernel takes buffers and posts
- * their completions only inside this thread's io_uring_enter, one receive
- * after another: completions come in the order their buffers left the
- * ring, and a bundle's buffers after its first are still where they went
- * in when its completion is read (perch__uring_on_recv).
+ * Bundles as perch reads them hold from Linux 6.16: before 6.15 a
+ * receive that ended could post its completion after a later one's on the
+ * same buffer ring, and before 6.16 a bundle could hold a short buffer
+ * before its last. Stable kernels that took both fixes are not told apart.
+ */
+static bool kernel_bundles_sound(void)
+{
+	struct utsname un;
+	unsigned major, minor;
+	if (uname(&un) != 0 || sscanf(un.release, "%u.%u", &major, &minor) != 2)
+		return false;
+	return major > 6 || (major == 6 && minor >= 16);
+}
+
+/*
+ * Whether multishot recvs take bundles: the kernel has them, and the ring
+ * runs with DEFER_TASKRUN, so the kernel takes buffers and posts their
+ * completions only inside this thread's io_uring_enter, one receive after
+ * another: completions come in the order their buffers left the ring, and
+ * a bundle's buffers after its first are still where they went in when
+ * its completion is read (perch__uring_on_recv).
  */
 void perch__uring_bundles_probe(struct uring *u, bool off)
 {
-	u->bundles = !off && u->defer_taskrun && (u->ring.features & IORING_FEAT_RECVSEND_BUNDLE);
+	u->bundles = !off && u->defer_taskrun && (u->ring.features & IORING_FEAT_RECVSEND_BUNDLE) &&
+		     kernel_bundles_sound();
 	u->loop->stats.recv_bundles = u->bundles;
 }

@@ -206,6 +206,8 @@ static inline void perch__uring_buf_return(struct uring *u, uint32_t bid)
 
 /* Maps and registers the ring of `count` buffers of `size` (liburing 2.3 has no setup helper). */
 int perch__uring_bufs_setup(struct perch_loop *loop, struct uring *u, uint32_t count, uint32_t size);
+/* A receive's completion for a socket that has left: every buffer it took (a bundle's too) goes back. */
+void perch__uring_recv_orphaned(struct uring *u, int res, uint32_t flags);
 /* Once the ring is set up: whether multishot recvs take bundles (not when `off`); sets stats.recv_bundles. */
 void perch__uring_bundles_probe(struct uring *u, bool off);
 

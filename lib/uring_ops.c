@@ -345,15 +345,39 @@ static struct perch_seg *take_buffers(struct uring *u, uint32_t bid, uint32_t re
 	return first;
 }
 
-/* Hands the segments of one receive to `s`, in order. */
-static void deliver(struct perch__sock *s, struct perch_seg *seg)
+/*
+ * Hands the segments of one receive to `s`, in order. One the connection
+ * could not queue (out of memory) ends its receiving: the bundle's later
+ * ones go back, so the reader sees no bytes past the hole.
+ */
+static void deliver(struct uring *u, struct perch__sock *s, struct perch_seg *seg)
 {
+	bool ended_before = s->rx_ended;
 	while (seg) {
 		struct perch_seg *next = seg->next;
 		seg->next = NULL;
-		seg->owner = s->loop;
-		perch__loop_received(s, perch__container_of(seg, struct perch__rxseg, seg));
+		if (s->rx_ended && !ended_before) {
+			perch__uring_buf_return(u, seg->buf_id);
+		} else {
+			seg->owner = s->loop;
+			perch__loop_received(s, perch__container_of(seg, struct perch__rxseg, seg));
+		}
 		seg = next;
+	}
+}
+
+void perch__uring_recv_orphaned(struct uring *u, int res, uint32_t flags)
+{
+	uint32_t bid = flags >> IORING_CQE_BUFFER_SHIFT;
+	if (res <= 0) {
+		perch__uring_buf_taken(u);
+		perch__uring_buf_return(u, bid);
+		return;
+	}
+	for (struct perch_seg *seg = take_buffers(u, bid, (uint32_t)res), *next; seg; seg = next) {
+		next = seg->next;
+		seg->next = NULL;
+		perch__uring_buf_return(u, seg->buf_id);
 	}
 }
 
@@ -366,7 +390,7 @@ void perch__uring_on_recv(struct uring *u, struct perch__sock *s, int res, uint3
 	if (flags & IORING_CQE_F_BUFFER) {
 		uint32_t bid = flags >> IORING_CQE_BUFFER_SHIFT;
 		if (res > 0) {
-			deliver(s, take_buffers(u, bid, (uint32_t)res));
+			deliver(u, s, take_buffers(u, bid, (uint32_t)res));
 		} else {
 			perch__uring_buf_taken(u);
 			perch__uring_buf_return(u, bid); /* an error or EOF that still took a buffer */

@@ -3,6 +3,7 @@
 
 #include <liburing.h>
 #include <pthread.h>
+#include <sys/utsname.h>
 
 #include "cmocka_prelude.h"
 
@@ -11,9 +12,14 @@
 
 enum { BUF_SIZE = 4096, STREAM = 4 << 20 };
 
-/* Whether this kernel hands over bundles on a ring as perch makes it (DEFER_TASKRUN). */
+/* Whether this kernel hands over bundles on a ring as perch makes it (DEFER_TASKRUN), and is 6.16 or later. */
 static bool kernel_has_bundles(void)
 {
+	struct utsname un;
+	unsigned major, minor;
+	if (uname(&un) != 0 || sscanf(un.release, "%u.%u", &major, &minor) != 2 ||
+	    (major == 6 && minor < 16) || major < 6)
+		return false;
 	struct io_uring ring;
 	struct io_uring_params p = { .flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN };
 	if (io_uring_queue_init_params(8, &ring, &p) != 0)

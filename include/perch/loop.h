@@ -54,7 +54,7 @@ struct perch_loop_opts {
 				    * plain close would; 0: 1024 */
 	bool recv_bundles_off;     /* io_uring: a multishot receive takes one buffer per
 				    * completion even where the kernel can hand over several
-				    * queued ones at once (recv bundles, Linux 6.10+, used by
+				    * queued ones at once (recv bundles, Linux 6.16+, used by
 				    * default there: stats.recv_bundles says whether). For
 				    * measuring, or a kernel whose bundles misbehave */
 };
@@ -172,7 +172,7 @@ struct perch_loop_stats {
 				      * 5.18, or that thread's 16 entries are taken (doc/loop.md,
 				      * "Registered ring fd") */
 	uint64_t recv_bundles;       /* io_uring: 1 when a multishot receive may take several buffers
-				      * in one completion (recv bundles: Linux 6.10+, a ring with
+				      * in one completion (recv bundles: Linux 6.16+, a ring with
 				      * DEFER_TASKRUN, recv_bundles_off not set) */
 	uint64_t bundle_bufs;        /* io_uring: receive buffers that came in completions of more than one */
 };
