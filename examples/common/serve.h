@@ -45,6 +45,11 @@ struct serve_opts {
 	 */
 	uint32_t recv_buffers;
 	/*
+	 * io_uring: one receive buffer per completion even where the kernel
+	 * bundles them (perch_loop_opts.recv_bundles_off): to measure bundles.
+	 */
+	bool recv_bundles_off;
+	/*
 	 * perch_conn_opts.pause_bytes of every connection: the unconsumed
 	 * bytes at which it stops receiving, and so what a peer the other
 	 * side cannot keep up with (a proxy's) pins; 0: the library's
