@@ -328,7 +328,8 @@ static struct perch_seg *take_buffers(struct uring *u, uint32_t bid, uint32_t re
 	uint16_t pos = u->ring_pos[bid];
 	PERCH_ASSERT(u->bundles || res <= u->buf_size); /* only a bundle spans buffers */
 	PERCH_ASSERT(u->br->bufs[pos & u->mask].bid == bid); /* counted in the ring until now: not reused */
-	uint32_t nbufs = (res + u->buf_size - 1) / u->buf_size;
+	/* The common receive, one buffer, pays no division. */
+	uint32_t nbufs = res <= u->buf_size ? 1 : (res + u->buf_size - 1) / u->buf_size;
 	for (uint32_t i = 0; i < nbufs; i++) {
 		uint32_t id = i == 0 ? bid : u->br->bufs[(uint16_t)(pos + i) & u->mask].bid;
 		struct perch_seg *seg = &u->segs[id].seg;
