@@ -38,9 +38,9 @@
 #define PERCH_ATOMIC_BUILTINS 1
 #endif
 /*
- * Under TSan and the scheduler, the library's own lock-free structures (the
- * segment fifo, the inbox stack) run on this header's operations instead of
- * ck's inline assembly, so the tool sees every step of them.
+ * Under TSan and the scheduler, the inbox stack runs on this header's
+ * operations instead of ck's inline assembly, so the tool sees every step
+ * of it (the segment fifo always does).
  */
 #if defined(PERCH_TSAN) || defined(PERCH_SCHED)
 #define PERCH_ATOMIC_VISIBLE 1

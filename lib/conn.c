@@ -2,6 +2,8 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,29 +33,41 @@ static void self_flush_done(struct perch_flush_listener *l, struct perch_conn *c
 	perch_vtask_complete(&c->flush_task, (uint32_t)cookie, result);
 }
 
+struct perch_recv_listener perch__conn_self_reader = {
+	.on_parking = self_read_parking,
+	.on_recv_ready = self_read_ready,
+};
+
+struct perch_flush_listener perch__conn_self_flusher = {
+	.on_parking = self_flush_parking,
+	.on_flush_done = self_flush_done,
+};
+
 /* ================= creation and references ================= */
 
 struct perch_conn *perch__conn_new(const struct perch__transport_ops *ops, void *transport)
 {
 	if (!ops || !ops->send || !ops->release_seg)
 		return NULL;
-	struct perch_conn *c;
-	if (posix_memalign((void **)&c, CK_MD_CACHELINE, sizeof(*c)) != 0)
+	/*
+	 * Aligned by hand in a block a line larger, not by posix_memalign: that
+	 * leaves the pieces around its block to malloc's bins, where a
+	 * connection's other allocations, none of their sizes, do not reuse them
+	 * (doc/perf/scale).
+	 */
+	_Static_assert(_Alignof(max_align_t) >= 16, "malloc's blocks are 16-aligned");
+	uint8_t *block = malloc(sizeof(struct perch_conn) + CK_MD_CACHELINE - 16);
+	if (!block)
 		return NULL;
+	size_t skip = (size_t)(-(uintptr_t)block & (CK_MD_CACHELINE - 1));
+	PERCH_ASSERT(skip <= CK_MD_CACHELINE - 16);
+	struct perch_conn *c = (struct perch_conn *)(void *)(block + skip);
 	memset(c, 0, sizeof(*c));
-	ck_fifo_spsc_entry_t *stub = malloc(sizeof(*stub));
-	if (!stub) {
-		free(c);
-		return NULL;
-	}
-	ck_fifo_spsc_init(&c->rx_fifo, stub);
+	c->block_skip = (uint8_t)skip;
+	perch__fifo_init(c);
 	c->refs = 1;
 	c->ops = ops;
 	c->transport = transport;
-	c->self_reader.on_parking = self_read_parking;
-	c->self_reader.on_recv_ready = self_read_ready;
-	c->self_flusher.on_parking = self_flush_parking;
-	c->self_flusher.on_flush_done = self_flush_done;
 	perch_vtask_init(&c->read_task);
 	perch_vtask_init(&c->flush_task);
 	return c;
@@ -67,17 +81,16 @@ void perch__conn_destroy(struct perch_conn *c)
 		c->rd_head = seg->next;
 		perch__seg_release(c, seg);
 	}
-	ck_fifo_spsc_entry_t *garbage;
-	ck_fifo_spsc_deinit(&c->rx_fifo, &garbage);
-	while (garbage) {
-		ck_fifo_spsc_entry_t *next = garbage->next;
-		free(garbage);
-		garbage = next;
+	/* Every entry, from the oldest spent one on. */
+	for (struct perch__rx_entry *e = c->rx_garbage, *next; e; e = next) {
+		next = e->next;
+		if (!perch__fifo_entry_own(c, e))
+			free(e);
 	}
 	perch__stage_drop(c);
 	if (c->ops->destroy)
 		c->ops->destroy(c);
-	free(c);
+	free((uint8_t *)c - c->block_skip);
 }
 
 /* ================= completion entry points (the backend's thread) ================= */

@@ -82,46 +82,59 @@ static inline void perch__slot_release(struct perch_conn *c)
 /* ---- the received-segment fifo: the backend enqueues, the claim holder dequeues ---- */
 
 /*
- * ck_fifo_spsc's enqueue writes the entry and publishes it with ck_pr
- * inline assembly, which TSan cannot see (and no annotation fits between
- * the two); under TSan and the scheduler the same algorithm runs on
- * lib/atomic.h.
+ * ck_fifo_spsc's algorithm on lib/atomic.h, so TSan and the scheduler see
+ * every step. The producer fills an entry and publishes it as the tail's
+ * next; the consumer takes the stub's next as the new stub; the producer
+ * reuses entries the consumer has passed, oldest first.
  */
-#ifdef PERCH_ATOMIC_VISIBLE
-static inline void perch__fifo_enqueue(ck_fifo_spsc_t *f, ck_fifo_spsc_entry_t *entry, void *value)
+static inline void perch__fifo_init(struct perch_conn *c)
+{
+	/* As if one entry had passed: rx_first[0] spent, to reuse, and [1] the stub. */
+	struct perch__rx_entry *spent = &c->rx_first[0], *stub = &c->rx_first[1];
+	stub->next = NULL;
+	spent->next = stub;
+	c->rx_garbage = spent;
+	c->rd_fifo_head = c->rx_tail = c->rx_head_seen = stub;
+}
+
+/* Whether a fifo entry is one of the connection's own, not malloc'd. */
+static inline bool perch__fifo_entry_own(const struct perch_conn *c, const struct perch__rx_entry *e)
+{
+	return e == &c->rx_first[0] || e == &c->rx_first[1];
+}
+
+/* Producer. */
+static inline void perch__fifo_enqueue(struct perch_conn *c, struct perch__rx_entry *entry, void *value)
 {
 	entry->value = value;
 	entry->next = NULL;
-	perch__store_ptr((void **)&f->tail->next, entry);
-	f->tail = entry;
+	perch__store_ptr((void **)&c->rx_tail->next, entry);
+	c->rx_tail = entry;
 }
 
-static inline bool perch__fifo_dequeue(ck_fifo_spsc_t *f, void *value)
+/* Consumer: false when empty. */
+static inline bool perch__fifo_dequeue(struct perch_conn *c, void *value)
 {
-	ck_fifo_spsc_entry_t *entry = perch__load_ptr((void *const *)&f->head->next);
+	struct perch__rx_entry *entry = perch__load_ptr((void *const *)&c->rd_fifo_head->next);
 	if (!entry)
 		return false;
 	*(void **)value = entry->value;
-	perch__store_ptr((void **)&f->head, entry);
+	perch__store_ptr((void **)&c->rd_fifo_head, entry);
 	return true;
 }
 
-static inline ck_fifo_spsc_entry_t *perch__fifo_recycle(ck_fifo_spsc_t *f)
+/* Producer: a spent entry to reuse, or NULL when the consumer has passed none. */
+static inline struct perch__rx_entry *perch__fifo_recycle(struct perch_conn *c)
 {
-	if (f->head_snapshot == f->garbage) {
-		f->head_snapshot = perch__load_ptr((void *const *)&f->head);
-		if (f->head_snapshot == f->garbage)
+	if (c->rx_head_seen == c->rx_garbage) {
+		c->rx_head_seen = perch__load_ptr((void *const *)&c->rd_fifo_head);
+		if (c->rx_head_seen == c->rx_garbage)
 			return NULL;
 	}
-	ck_fifo_spsc_entry_t *garbage = f->garbage;
-	f->garbage = garbage->next;
+	struct perch__rx_entry *garbage = c->rx_garbage;
+	c->rx_garbage = garbage->next;
 	return garbage;
 }
-#else
-#define perch__fifo_enqueue ck_fifo_spsc_enqueue
-#define perch__fifo_dequeue ck_fifo_spsc_dequeue
-#define perch__fifo_recycle ck_fifo_spsc_recycle
-#endif
 
 /* ---- received segments and the reader's queue (lib/conn_read.c) ---- */
 

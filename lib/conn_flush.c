@@ -53,7 +53,7 @@ static int flush_closed_while_arming(struct perch_conn *c, struct perch__txbuf *
 	if (perch__xchg_u32(&c->flush_armed, 0) != 0) {
 		struct perch_flush_listener *l = perch__xchg_ptr(&c->flush_listener, NULL);
 		/* The conn's own task: the version this park readied is nobody's; ended while the conn is held. */
-		if (l == &c->self_flusher)
+		if (l == &perch__conn_self_flusher)
 			perch_vtask_complete(&c->flush_task, (uint32_t)perch__load_u64(&c->flush_cookie), -EPIPE);
 		perch__store_u32(&c->flush_busy, 0);
 		rc = -EPIPE;
@@ -128,7 +128,7 @@ int perch_conn_flush(struct perch_conn *c, struct perch_vtask_handle *task)
 	if (perch__vtask_current_pending(&c->flush_task))
 		return -EBUSY;
 	uint64_t token;
-	int rc = perch__conn_park_flush(c, &c->self_flusher, &token);
+	int rc = perch__conn_park_flush(c, &perch__conn_self_flusher, &token);
 	if (rc == PERCH_PENDING) {
 		task->task = &c->flush_task;
 		task->token = (uint32_t)token;

@@ -3,7 +3,6 @@
 #define PERCH_LIB_CONN_INTERNAL_H
 
 #include <ck_cc.h>
-#include <ck_fifo.h>
 #include <ck_md.h>
 #include <stddef.h>
 
@@ -112,21 +111,42 @@ struct perch__transport_ops {
 #define PERCH__RX_ERROR     2u
 #define PERCH__RX_CLOSED    4u
 
+/*
+ * An entry of the received-segment fifo: ck_fifo_spsc's algorithm (an
+ * entry always stands as the stub, spent entries are recycled by the
+ * producer), laid out over the connection's lines rather than in ck's
+ * own padded struct: its producer end shares the completions' line, its
+ * consumer end the reader's (lib/conn_core.h has the operations).
+ */
+struct perch__rx_entry {
+	void *value;
+	struct perch__rx_entry *next;
+};
+
+/*
+ * Three groups, each starting a cache line, so a reader and a flusher on
+ * two threads do not share one: what completions publish (and the slot
+ * every side claims), the reader's own state, the flush side's. What is
+ * written once at creation fills the groups' room.
+ */
 struct perch_conn {
-	/* ---- read slot and what completions publish (any thread) ---- */
+	/* ---- read slot, what completions publish, the fifo's producer end (any thread) ---- */
 	uintptr_t read_waiter CK_CC_CACHELINE;
 	uint64_t read_cookie;          /* the parked read's, stored before the publish (atomic.h: a scheduling point) */
 	uint64_t rx_total;             /* bytes ever queued (faa by the producer) */
 	uint32_t rx_flags;             /* PERCH__RX_* */
 	uint32_t rd_cancel;            /* a cancel not yet reported */
 	int32_t rx_error;              /* written before PERCH__RX_ERROR is set */
-	ck_fifo_spsc_t rx_fifo;        /* producer: the backend; consumer: the reader */
+	struct perch__rx_entry *rx_tail;      /* the last entry queued */
+	struct perch__rx_entry *rx_head_seen; /* rd_fifo_head as the producer last read it: recycling stops there */
+	struct perch__rx_entry *rx_garbage;   /* the oldest spent entry, the next to reuse */
 
 	/* ---- reader-private: touched only by the read that owns the slot ---- */
-	struct perch_seg *rd_head CK_CC_CACHELINE;
+	struct perch__rx_entry *rd_fifo_head CK_CC_CACHELINE; /* the stub: its next is the first queued */
+	struct perch_seg *rd_head;
 	struct perch_seg *rd_tail;
 	size_t rd_head_off;            /* consumed bytes of rd_head */
-	uint64_t rd_drained;           /* bytes moved from rx_fifo to the rd_ list */
+	uint64_t rd_drained;           /* bytes moved from the fifo to the rd_ list */
 	uint64_t rd_consumed;          /* stream offset of the first unconsumed byte */
 	uint64_t rd_examined;          /* stream offset the reader has examined to (atomic: a delivery looks at it) */
 	uint64_t rd_result_base;       /* stream offset the last result started at */
@@ -134,6 +154,7 @@ struct perch_conn {
 	bool rd_have_result;
 	uint32_t compact_max;          /* a quarter of a transport buffer: a waiting tail this short, or
 					* spread over several buffers at most half full, leaves them (0: never) */
+	struct perch_vtask read_task;  /* the connection as its own reader (perch__conn_self_reader) */
 
 	/* ---- flush arm (any thread) ---- */
 	uint32_t flush_busy CK_CC_CACHELINE;   /* the in-progress guard */
@@ -146,18 +167,31 @@ struct perch_conn {
 	struct perch__txbuf *staged_tail;
 	size_t staged_len;
 	bool tx_shut;                  /* perch_conn_shutdown ended the write side */
+	uint8_t block_skip;            /* where the connection starts in its malloc'd block */
 
 	/* ---- lifecycle ---- */
 	uint32_t refs;
 	const struct perch__transport_ops *ops;
 	void *transport;               /* the backend's per-connection state */
 
-	/* ---- the connection as its own listener ---- */
-	struct perch_recv_listener self_reader;
-	struct perch_flush_listener self_flusher;
-	struct perch_vtask read_task;
-	struct perch_vtask flush_task;
+	struct perch_vtask flush_task; /* the connection as its own flusher (perch__conn_self_flusher) */
+
+	/* The fifo's first two entries, never freed: one at a time in flight takes no malloc. */
+	struct perch__rx_entry rx_first[2];
 };
+
+/* An idle connection's bytes (doc/perf/scale): the completions' group on one line, five in all. */
+_Static_assert(offsetof(struct perch_conn, rd_fifo_head) == CK_MD_CACHELINE &&
+		       sizeof(struct perch_conn) <= 5 * CK_MD_CACHELINE,
+	       "struct perch_conn grew past its lines");
+
+/*
+ * The connection as its own listener, for perch_conn_read and
+ * perch_conn_flush: one for every connection, as the calls it makes are
+ * handed the connection (lib/conn.c).
+ */
+extern struct perch_recv_listener perch__conn_self_reader;
+extern struct perch_flush_listener perch__conn_self_flusher;
 
 /*
  * The backend's contract: it calls the completion entry points below while

@@ -12,7 +12,7 @@
 void perch__read_drain_fifo(struct perch_conn *c)
 {
 	struct perch_seg *seg;
-	while (perch__fifo_dequeue(&c->rx_fifo, &seg)) {
+	while (perch__fifo_dequeue(c, &seg)) {
 		seg->next = NULL;
 		if (c->rd_tail)
 			c->rd_tail->next = seg;
@@ -132,7 +132,7 @@ int perch__conn_recv_arrived(struct perch_conn *c, struct perch_seg *seg)
 	uint32_t len = seg->len;
 	if (len == 0)
 		return -EINVAL;
-	ck_fifo_spsc_entry_t *entry = perch__fifo_recycle(&c->rx_fifo);
+	struct perch__rx_entry *entry = perch__fifo_recycle(c);
 	if (!entry) {
 		entry = malloc(sizeof(*entry));
 		if (!entry)
@@ -143,7 +143,7 @@ int perch__conn_recv_arrived(struct perch_conn *c, struct perch_seg *seg)
 	 * (the in-memory pipe's reader frees it on its own thread): its length
 	 * was read before.
 	 */
-	perch__fifo_enqueue(&c->rx_fifo, entry, seg);
+	perch__fifo_enqueue(c, entry, seg);
 	/* A read-modify-write, so the count is visible before we look at the slot. */
 	perch__faa_u64(&c->rx_total, len);
 	perch__read_wake(c);
@@ -299,7 +299,7 @@ int perch_conn_read(struct perch_conn *c, struct perch_read_result *out,
 	if (!c || !out || !task)
 		return -EINVAL;
 	uint64_t token;
-	int rc = perch__conn_park_read(c, &c->self_reader, out, &token);
+	int rc = perch__conn_park_read(c, &perch__conn_self_reader, out, &token);
 	if (rc == PERCH_PENDING) {
 		task->task = &c->read_task;
 		task->token = (uint32_t)token;

@@ -194,8 +194,8 @@ static void own_flush_while_the_last_ones_completion_is_signalled_is_refused(voi
 	struct perch_conn *c = conn_of(state);
 	struct perch_vtask_handle h;
 	first_flush_runs = 0;
-	real_self_flush_done = c->self_flusher.on_flush_done;
-	c->self_flusher.on_flush_done = flush_again_before_the_signal;
+	real_self_flush_done = perch__conn_self_flusher.on_flush_done;
+	perch__conn_self_flusher.on_flush_done = flush_again_before_the_signal;
 	assert_int_equal(perch_conn_write(c, "a", 1), 0);
 	assert_int_equal(perch_conn_flush(c, &h), PERCH_PENDING);
 	assert_int_equal(perch_vtask_on_complete(h, count_first_flush, NULL), PERCH_PENDING);
@@ -222,11 +222,11 @@ static void own_flush_closed_while_arming_leaves_later_flushes_refused_as_closed
 {
 	struct perch_conn *c = conn_of(state);
 	struct perch_vtask_handle h = { NULL, 0 };
-	real_self_flush_parking = c->self_flusher.on_parking;
-	c->self_flusher.on_parking = close_while_parking;
+	real_self_flush_parking = perch__conn_self_flusher.on_parking;
+	perch__conn_self_flusher.on_parking = close_while_parking;
 	assert_int_equal(perch_conn_write(c, "a", 1), 0);
 	assert_int_equal(perch_conn_flush(c, &h), -EPIPE);
-	c->self_flusher.on_parking = real_self_flush_parking;
+	perch__conn_self_flusher.on_parking = real_self_flush_parking;
 	/* The version that park readied was ended: a later flush is refused as closed, not as busy. */
 	assert_int_equal(perch_conn_flush(c, &h), 0);
 	assert_int_equal(perch_conn_write(c, "b", 1), -EPIPE);
@@ -257,10 +257,11 @@ static void own_flush_closed_while_arming_touches_nothing_after_the_last_referen
 	struct perch_conn *c = perch__conn_new(&fake_ops, &t);
 	assert_non_null(c);
 	assert_int_equal(perch_conn_try_read_or_park(c, &reader, &res), PERCH_PENDING);
-	real_self_flush_parking = c->self_flusher.on_parking;
-	c->self_flusher.on_parking = close_while_parking;
+	real_self_flush_parking = perch__conn_self_flusher.on_parking;
+	perch__conn_self_flusher.on_parking = close_while_parking;
 	assert_int_equal(perch_conn_write(c, "a", 1), 0);
 	assert_int_equal(perch_conn_flush(c, &h), -EPIPE);
+	perch__conn_self_flusher.on_parking = real_self_flush_parking; /* every connection's */
 	assert_int_equal(t.destroyed, 1);
 }
 

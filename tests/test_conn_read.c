@@ -23,6 +23,35 @@ static void read_with_bytes_queued_is_served_at_once(void **state)
 	assert_int_equal(c->read_waiter, PERCH__SLOT_EMPTY);
 }
 
+/*
+ * The segment fifo starts with two entries of the connection's own and
+ * takes more while more wait: bursts of one to five segments, each read
+ * whole, come out in order, and the connection's end frees what it took.
+ */
+static void bursts_of_segments_come_out_in_order(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	char sent = 'a', want = 'a';
+	for (int round = 0; round < 12; round++) {
+		int burst = 1 + round % 5;
+		for (int i = 0; i < burst; i++) {
+			char one[2] = { sent, 0 };
+			fake_recv(c, one);
+			sent = sent == 'z' ? 'a' : (char)(sent + 1);
+		}
+		struct perch_read_result res;
+		char got[8];
+		assert_int_equal(perch_conn_try_read(c, &res), 0);
+		assert_int_equal(res.len, (size_t)burst);
+		assert_int_equal(perch_segs_copy(&res, 0, got, res.len), res.len);
+		for (int i = 0; i < burst; i++) {
+			assert_int_equal(got[i], want);
+			want = want == 'z' ? 'a' : (char)(want + 1);
+		}
+		assert_int_equal(perch_conn_advance(c, res.len, res.len), 0);
+	}
+}
+
 static void read_parks_and_is_delivered_once(void **state)
 {
 	struct perch_conn *c = conn_of(state);
@@ -371,6 +400,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(read_with_bytes_queued_is_served_at_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(bursts_of_segments_come_out_in_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(read_parks_and_is_delivered_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(second_read_refused_while_parked_leaves_the_parked_one, setup, teardown),
 		cmocka_unit_test_setup_teardown(completion_during_on_parking_is_served_synchronously, setup, teardown),
