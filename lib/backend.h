@@ -54,6 +54,7 @@ struct perch__connecting {
 	void *connect_arg;
 	struct perch__msg connect_msg;
 	double connect_deadline_ms;  /* CLOCK_MONOTONIC; 0: no timeout */
+	unsigned connect_timeout_ms; /* perch_conn_opts': the timer's duration */
 	struct perch_timer connect_timer; /* armed for connect_deadline_ms while the connect waits */
 };
 
@@ -76,29 +77,47 @@ struct perch__listening {
 	uint32_t dropped;            /* atomic: its insert failed and its fd is closed (perch_listener_addr reads it) */
 };
 
-/* A socket on the loop: a connection or a listener. Lives in the loop's table. */
+/*
+ * What a connection keeps of its perch_conn_opts, resolved (no zero
+ * fields): a connect's timeout stays with the connect (perch__connecting).
+ */
+struct perch__sock_opts {
+	size_t pause_bytes;
+	size_t resume_bytes;
+	size_t zerocopy_min;
+	enum perch_recv_mode recv_mode;
+	bool nagle;
+};
+
+/*
+ * A socket on the loop: a connection or a listener. Lives in the loop's
+ * table. Laid out without holes: an idle connection's bytes
+ * (doc/perf/scale).
+ */
 struct perch__sock {
 	struct perch_loop *loop;
-	enum perch__sock_kind kind;
 	int fd;
-	sa_family_t family;          /* AF_INET, AF_INET6 or AF_UNIX (a backend may treat Unix sockets apart) */
 	uint32_t slot, gen;          /* table index and its generation while in the table */
+	sa_family_t family;          /* AF_INET, AF_INET6 or AF_UNIX (a backend may treat Unix sockets apart) */
+	uint8_t kind;                /* enum perch__sock_kind */
 	bool in_table;
 	bool closing;                /* close started: no new work is submitted */
+	bool tx_lends;               /* tx_chain holds a received segment a forward lent: never zero-copy */
+	uint32_t tx_off;             /* bytes of tx_cur already sent */
 
 	/* ---- connections ---- */
 	struct perch_conn *conn;     /* the loop holds one reference until the socket is finalized */
-	struct perch_conn_opts opts; /* resolved: no zero fields */
+	struct perch__sock_opts opts;
 	uint64_t unconsumed;         /* bytes delivered and not yet released */
 	uint32_t pool_held;          /* pool buffers among them (not the loop's own memory) */
 	uint32_t pool_max;           /* pool_held that pauses recv: twice pause_bytes' worth, and two */
 	bool rx_full;                /* unconsumed reached pause_bytes: paused until resume_bytes */
 	bool rx_paused;              /* backpressure wants recv stopped */
 	bool rx_ended;               /* FIN or error seen: never re-armed */
+	bool parked;                 /* on the loop's list of those waiting for a receive buffer */
+	uint32_t lingering;          /* atomic: perch_conn_close_lingering took it (a second call is -EALREADY) */
 	struct perch__txbuf *tx_chain; /* the chain being sent (one send in flight) */
 	struct perch__txbuf *tx_cur;   /* first buffer with unsent bytes */
-	uint32_t tx_off;             /* bytes of tx_cur already sent */
-	bool tx_lends;               /* tx_chain holds a received segment a forward lent: never zero-copy */
 	struct perch__msg send_msg;  /* ops->send from another thread */
 	struct perch__txbuf *posted_chain;
 	struct perch__msg close_msg; /* ops->close from another thread */
@@ -113,10 +132,7 @@ struct perch__sock {
 		struct perch__listening *lx;  /* a listener's, after its backend state in the same block */
 	};
 
-	uint32_t lingering;          /* atomic: perch_conn_close_lingering took it (a second call is -EALREADY) */
-
 	/* ---- a connection waiting for a receive buffer (perch__park; backends use it) ---- */
-	bool parked;
 	struct perch__sock *park_next;
 	/* the backend's own state follows the socket: perch__sock_be */
 };

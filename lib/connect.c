@@ -64,7 +64,7 @@ static void connect_start(struct perch__sock *s)
 		return;
 	}
 	if (s->cx->connect_deadline_ms)
-		perch__timer_arm_at(&s->cx->connect_timer, s->cx->connect_deadline_ms, s->opts.connect_timeout_ms);
+		perch__timer_arm_at(&s->cx->connect_timer, s->cx->connect_deadline_ms, s->cx->connect_timeout_ms);
 	s->loop->be->connect(s);
 }
 
@@ -110,6 +110,7 @@ static int connect_to(struct perch_loop *loop, const struct sockaddr_storage *ss
 	}
 	cx->addr = *ss;
 	cx->addr_len = len;
+	cx->connect_timeout_ms = o->connect_timeout_ms;
 	cx->connect_deadline_ms = o->connect_timeout_ms ? perch__now_ms() + o->connect_timeout_ms : 0;
 	connect_fill(s, cx, on_connected, arg);
 	if (perch__loop_is_current(loop))

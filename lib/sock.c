@@ -172,7 +172,13 @@ struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd, sa_fam
 	s->kind = PERCH__SOCK_CONN;
 	s->fd = fd;
 	s->family = family;
-	s->opts = *opts;
+	s->opts = (struct perch__sock_opts){
+		.pause_bytes = opts->pause_bytes,
+		.resume_bytes = opts->resume_bytes,
+		.zerocopy_min = opts->zerocopy_min,
+		.recv_mode = opts->recv_mode,
+		.nagle = opts->nagle,
+	};
 	s->conn = perch__conn_new(&loop_conn_ops, s);
 	if (!s->conn) {
 		free(s);
