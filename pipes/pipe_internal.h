@@ -24,8 +24,8 @@ struct perch_pipe_reader {
 	struct perch__mem_pipe *mem;      /* the in-memory pipe this reads, or NULL */
 	struct perch_vtask vt;
 	uint32_t parked_token;            /* the version of the last read that parked (reading thread) */
-	uint64_t repark_cookie;           /* the version a re-park keeps (delivering thread) */
 	uint32_t state;                   /* READER_COMPLETED | READER_FREEING */
+	uint64_t repark_cookie;           /* the version a re-park keeps (delivering thread) */
 };
 
 /*
