@@ -222,6 +222,21 @@ void *perch_session_state(struct perch_session *s)
 	return s && s->wk->srv->opts.state_size ? s->state : NULL;
 }
 
+struct perch_pipe_reader *perch_session_reader(struct perch_session *s)
+{
+	return s ? s->r : NULL;
+}
+
+struct perch_pipe_writer *perch_session_writer(struct perch_session *s)
+{
+	return s ? s->w : NULL;
+}
+
+void *perch_session_app(struct perch_session *s)
+{
+	return s ? s->wk->srv->opts.app : NULL;
+}
+
 struct perch_conn *perch_session_conn(struct perch_session *s)
 {
 	return s ? s->c : NULL;

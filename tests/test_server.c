@@ -23,6 +23,7 @@ struct line_sess {
 };
 
 static atomic_int fini_calls, started;
+static atomic_int accessors_wrong; /* sessions whose reader, writer or app said otherwise than their start */
 
 /* --wrap=pthread_create: with creates_left >= 0, that many more creates work, then EAGAIN. */
 int __real_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg);
@@ -144,6 +145,8 @@ static void ls_start(struct perch_session *s, struct perch_pipe_reader *r, struc
 {
 	struct line_sess *ls = perch_session_state(s);
 	*ls = (struct line_sess){ .s = s, .r = r, .w = w };
+	if (perch_session_reader(s) != r || perch_session_writer(s) != w || perch_session_app(s) != app)
+		atomic_fetch_add(&accessors_wrong, 1);
 	int n = atomic_fetch_add(&started, 1);
 	if (n < 128)
 		atomic_store(&loop_of[n], perch_session_loop(s));
@@ -417,6 +420,29 @@ static void a_stop_from_a_loop_thread_is_refused(void **state)
 	sem_destroy(&in.done);
 }
 
+/* A session says the reader, writer and app its start was given; a NULL one says NULL. */
+static void a_session_says_its_pipes_and_its_app(void **state)
+{
+	static int app;
+	struct perch_server_opts o = line_opts();
+	o.app = &app;
+	atomic_store(&accessors_wrong, 0);
+	struct perch_server *srv;
+	assert_int_equal(perch_server_start(&o, &srv), 0);
+	for (int i = 0; i < 3; i++) {
+		int fd = su_connect(perch_server_port(srv));
+		assert_true(fd >= 0);
+		round_trip(fd, "hello\n");
+		close(fd);
+	}
+	assert_int_equal(perch_server_stop(srv, 1000, NULL), 0);
+	assert_int_equal(atomic_load(&started), 3);
+	assert_int_equal(atomic_load(&accessors_wrong), 0);
+	assert_null(perch_session_reader(NULL));
+	assert_null(perch_session_writer(NULL));
+	assert_null(perch_session_app(NULL));
+}
+
 static void a_unix_socket_server_serves_and_stops(void **state)
 {
 	char name[64];
@@ -600,6 +626,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(bad_options_are_refused),
+		cmocka_unit_test(a_session_says_its_pipes_and_its_app),
 		cmocka_unit_test(two_loops_share_the_port_and_serve_every_client),
 		cmocka_unit_test(a_graceful_stop_finishes_requests_then_resets_the_rest),
 		cmocka_unit_test(an_idle_session_is_closed_as_idle_end_says),

@@ -19,12 +19,13 @@ struct serve {
 	struct perch_server_report *report; /* filled by serve_stop when set */
 };
 
-/* A session driven by on_data: its pipes, followed by the protocol's state. */
+/*
+ * A session driven by on_data, followed by the protocol's state. Its pipes
+ * and its server are the session's to say: an idle connection keeps no
+ * copy of them (doc/perf/scale).
+ */
 struct pump {
 	struct perch_session *s;
-	struct serve *srv;
-	struct perch_pipe_reader *r;
-	struct perch_pipe_writer *w;
 	bool close_after_flush;
 	bool reading;                  /* a read is parked */
 	bool partial;                  /* bytes of a message not yet whole are held */
@@ -67,18 +68,20 @@ static void pump_flushed(void *arg, int64_t result)
 }
 
 /* Answers one read's complete messages; returns whether to close once they are flushed. */
-static bool pump_answer(struct pump *p, const struct perch_read_result *res)
+static bool pump_answer(struct pump *p, const struct perch_read_result *res, struct perch_pipe_reader *r,
+			struct perch_pipe_writer *w)
 {
-	const struct serve_proto *proto = p->srv->proto;
+	const struct serve *srv = perch_session_app(p->s);
+	const struct serve_proto *proto = srv->proto;
 	size_t consumed = 0;
-	int stop = proto->on_data(p->state, p->srv->app, res, p->w, &consumed);
+	int stop = proto->on_data(p->state, srv->app, res, w, &consumed);
 	/* Examined to the end: a partial message waits for more bytes instead of spinning. */
 	if (proto->forward_consumed) {
-		if (perch_pipe_forward(p->r, consumed, res->len, p->w) != 0)
+		if (perch_pipe_forward(r, consumed, res->len, w) != 0)
 			stop = 1; /* closed, or out of memory: what was staged is still flushed */
 	} else {
 		/* Yielded: only what it consumed was examined, so the next read returns the rest at once. */
-		perch_pipe_advance_to(p->r, consumed, stop == SERVE_YIELD ? consumed : res->len);
+		perch_pipe_advance_to(r, consumed, stop == SERVE_YIELD ? consumed : res->len);
 	}
 	p->partial = consumed < res->len;
 	/* A FIN behind messages not yet answered waits: the next read reports it again. */
@@ -97,9 +100,11 @@ static bool pump_answer(struct pump *p, const struct perch_read_result *res)
  */
 static void pump_run(struct pump *p)
 {
+	struct perch_pipe_reader *r = perch_session_reader(p->s);
+	struct perch_pipe_writer *w = perch_session_writer(p->s);
 	for (;;) {
 		struct perch_read_result res;
-		int rc = perch_pipe_read_or_wait(p->r, &res, pump_read_ready, p);
+		int rc = perch_pipe_read_or_wait(r, &res, pump_read_ready, p);
 		if (rc == PERCH_PENDING) {
 			p->reading = true;
 			return;
@@ -108,9 +113,9 @@ static void pump_run(struct pump *p)
 			pump_end(p, false);
 			return;
 		}
-		p->close_after_flush = pump_answer(p, &res);
-		bool answered = perch_pipe_writer_staged(p->w) > 0;
-		rc = perch_pipe_flush_or_wait(p->w, pump_flushed, p);
+		p->close_after_flush = pump_answer(p, &res, r, w);
+		bool answered = perch_pipe_writer_staged(w) > 0;
+		rc = perch_pipe_flush_or_wait(w, pump_flushed, p);
 		if (rc == PERCH_PENDING)
 			return;
 		if (rc < 0 || p->close_after_flush) {
@@ -126,7 +131,7 @@ static void pump_start(struct perch_session *s, struct perch_pipe_reader *r, str
 		       void *app)
 {
 	struct pump *p = perch_session_state(s);
-	*p = (struct pump){ .s = s, .srv = app, .r = r, .w = w };
+	*p = (struct pump){ .s = s };
 	pump_run(p);
 }
 

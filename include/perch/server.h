@@ -154,6 +154,17 @@ PERCH_API int perch_server_stop(struct perch_server *srv, unsigned deadline_ms,
 /* The session's state (perch_server_opts.state_size bytes, zeroed at its start; NULL for size 0). */
 PERCH_API void *perch_session_state(struct perch_session *s);
 
+/*
+ * The session's reader and writer, the ones its start callback was given
+ * (over TLS, the plaintext ends): a session's state need not keep them.
+ * NULL for a NULL session. The loop's thread, while the session lives.
+ */
+PERCH_API struct perch_pipe_reader *perch_session_reader(struct perch_session *s);
+PERCH_API struct perch_pipe_writer *perch_session_writer(struct perch_session *s);
+
+/* The server's perch_server_opts.app, as its callbacks are given it. NULL for a NULL session. */
+PERCH_API void *perch_session_app(struct perch_session *s);
+
 /* The session's connection, for the calls pipes do not wrap (perch_conn_shutdown, its address). */
 PERCH_API struct perch_conn *perch_session_conn(struct perch_session *s);
 
