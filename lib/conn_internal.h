@@ -126,8 +126,12 @@ struct perch__rx_entry {
 /*
  * Three groups, each starting a cache line, so a reader and a flusher on
  * two threads do not share one: what completions publish (and the slot
- * every side claims), the reader's own state, the flush side's. What is
- * written once at creation fills the groups' room.
+ * every side claims), the reader's own state and the fifo's entries of
+ * the connection's own, the flush side's. What is written once at
+ * creation, and the connection's own value tasks (perch_conn_read and
+ * perch_conn_flush: the pipes do not use them), fill the flush side's
+ * room. The fifo is ck_fifo_spsc's algorithm rather than ck's struct,
+ * whose padding would add a line (doc/perf/scale).
  */
 struct perch_conn {
 	/* ---- read slot, what completions publish, the fifo's producer end (any thread) ---- */
@@ -154,7 +158,8 @@ struct perch_conn {
 	bool rd_have_result;
 	uint32_t compact_max;          /* a quarter of a transport buffer: a waiting tail this short, or
 					* spread over several buffers at most half full, leaves them (0: never) */
-	struct perch_vtask read_task;  /* the connection as its own reader (perch__conn_self_reader) */
+	/* The fifo's first two entries, never freed: one segment at a time in flight takes no malloc. */
+	struct perch__rx_entry rx_first[2];
 
 	/* ---- flush arm (any thread) ---- */
 	uint32_t flush_busy CK_CC_CACHELINE;   /* the in-progress guard */
@@ -174,10 +179,8 @@ struct perch_conn {
 	const struct perch__transport_ops *ops;
 	void *transport;               /* the backend's per-connection state */
 
+	struct perch_vtask read_task;  /* the connection as its own reader (perch__conn_self_reader) */
 	struct perch_vtask flush_task; /* the connection as its own flusher (perch__conn_self_flusher) */
-
-	/* The fifo's first two entries, never freed: one at a time in flight takes no malloc. */
-	struct perch__rx_entry rx_first[2];
 };
 
 /* An idle connection's bytes (doc/perf/scale): the completions' group on one line, five in all. */
