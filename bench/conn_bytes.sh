@@ -37,14 +37,14 @@ pid=""
 for be in "${@:-uring epoll}"; do
 	for b in $be; do
 		valgrind --tool=massif --massif-out-file="$TMP/massif.$b" --threshold=0.1 --detailed-freq=1 \
-			"$BUILD/examples/httpd/httpd" --port 0 --backend "$b" --idle-timeout 0 >"$TMP/out" 2>"$TMP/err" &
+			"$BUILD/examples/httpd/httpd" --port 0 --backend "$b" --idle-timeout 0 >"$TMP/out.$b" 2>"$TMP/err.$b" &
 		pid=$!
 		for _ in $(seq 100); do
-			port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9][0-9]*\), .*/\1/p' "$TMP/out")
+			port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9][0-9]*\), .*/\1/p' "$TMP/out.$b")
 			[[ -n $port ]] && break
 			sleep 0.2
 		done
-		[[ -n $port ]] || { echo "conn_bytes.sh: httpd did not start: $(cat "$TMP/err")" >&2; exit 1; }
+		[[ -n $port ]] || { echo "conn_bytes.sh: httpd did not start: $(cat "$TMP/err.$b")" >&2; exit 1; }
 		(sleep 3 | "$BUILD/bench/idle_client" --port "$port" --conns "$CONNS" --csv >/dev/null)
 		kill -TERM "$pid"
 		wait "$pid" 2>/dev/null || true
