@@ -101,7 +101,6 @@ static bool pump_answer(struct pump *p, const struct perch_read_result *res, str
 static void pump_run(struct pump *p)
 {
 	struct perch_pipe_reader *r = perch_session_reader(p->s);
-	struct perch_pipe_writer *w = perch_session_writer(p->s);
 	for (;;) {
 		struct perch_read_result res;
 		int rc = perch_pipe_read_or_wait(r, &res, pump_read_ready, p);
@@ -113,6 +112,7 @@ static void pump_run(struct pump *p)
 			pump_end(p, false);
 			return;
 		}
+		struct perch_pipe_writer *w = perch_session_writer(p->s); /* asked for once a read is served */
 		p->close_after_flush = pump_answer(p, &res, r, w);
 		bool answered = perch_pipe_writer_staged(w) > 0;
 		rc = perch_pipe_flush_or_wait(w, pump_flushed, p);
