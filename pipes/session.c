@@ -69,6 +69,9 @@ static void session_close_tls(struct perch_session *s, enum perch_session_end_ho
 		perch__tls_hooks_get()->end(s->tls, how == PERCH_SESSION_LINGER ? linger_after_tls : close_after_tls,
 					    s->c);
 	}
+	s->r = NULL; /* the TLS session's ends: freed with it, or once its close_notify is flushed */
+	s->w = NULL;
+	s->tls = NULL;
 	if (o->fini)
 		o->fini(s, o->app);
 	if (how == PERCH_SESSION_ABORT)
@@ -88,6 +91,8 @@ static void session_close(struct perch_session *s, enum perch_session_end_how ho
 		perch_conn_close(s->c);
 	perch_pipe_reader_free(s->r);
 	perch_pipe_writer_free(s->w);
+	s->r = NULL; /* fini's perch_session_reader and _writer say they are gone */
+	s->w = NULL;
 	/* A linger that starts takes the reference over. */
 	bool lingers = how == PERCH_SESSION_LINGER && perch_conn_close_lingering(s->c, NULL) == 0;
 	if (!lingers)

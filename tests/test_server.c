@@ -163,6 +163,8 @@ static void ls_stop(struct perch_session *s, void *app)
 
 static void ls_fini(struct perch_session *s, void *app)
 {
+	if (perch_session_reader(s) || perch_session_writer(s)) /* freed by now: saying them would hand out freed memory */
+		atomic_fetch_add(&accessors_wrong, 1);
 	atomic_fetch_add(&fini_calls, 1);
 }
 
@@ -420,7 +422,7 @@ static void a_stop_from_a_loop_thread_is_refused(void **state)
 	sem_destroy(&in.done);
 }
 
-/* A session says the reader, writer and app its start was given; a NULL one says NULL. */
+/* A session says the reader, writer and app its start was given, its fini no pipes; a NULL one says NULL. */
 static void a_session_says_its_pipes_and_its_app(void **state)
 {
 	static int app;
@@ -437,6 +439,7 @@ static void a_session_says_its_pipes_and_its_app(void **state)
 	}
 	assert_int_equal(perch_server_stop(srv, 1000, NULL), 0);
 	assert_int_equal(atomic_load(&started), 3);
+	assert_int_equal(atomic_load(&fini_calls), 3);
 	assert_int_equal(atomic_load(&accessors_wrong), 0);
 	assert_null(perch_session_reader(NULL));
 	assert_null(perch_session_writer(NULL));

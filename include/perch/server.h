@@ -151,13 +151,14 @@ struct perch_server_report {
 PERCH_API int perch_server_stop(struct perch_server *srv, unsigned deadline_ms,
 				struct perch_server_report *report);
 
-/* The session's state (perch_server_opts.state_size bytes, zeroed at its start; NULL for size 0). */
+/* The session's state (perch_server_opts.state_size bytes, zeroed at its start; NULL for size 0 or a NULL session). */
 PERCH_API void *perch_session_state(struct perch_session *s);
 
 /*
  * The session's reader and writer, the ones its start callback was given
  * (over TLS, the plaintext ends): a session's state need not keep them.
- * NULL for a NULL session. The loop's thread, while the session lives.
+ * NULL for a NULL session, and in fini (the pipes are freed by then). The
+ * loop's thread, from start to fini.
  */
 PERCH_API struct perch_pipe_reader *perch_session_reader(struct perch_session *s);
 PERCH_API struct perch_pipe_writer *perch_session_writer(struct perch_session *s);
