@@ -158,7 +158,9 @@ def page(header, text):
         ".fi",
         ".PP",
         "Compile and link with",
-        ".IR \"pkg-config \\-\\-cflags \\-\\-libs perch\" .",
+        ".IR \"pkg-config \\-\\-cflags \\-\\-static \\-\\-libs perch\"",
+        "(perch is a static library: its dependencies' libraries are named only with",
+        ".BR \\-\\-static ).",
         ".SH DESCRIPTION",
     ]
     section = "DESCRIPTION"
