@@ -297,6 +297,7 @@ static int epoll_poll(struct perch_loop *loop, int timeout_ms)
 		timeout_ms = 0; /* completions were reported, or are waiting: do not sleep */
 	loop->stats.waits++;
 	int n = epoll_wait(e->epfd, e->events, MAX_EVENTS, timeout_ms);
+	perch__loop_waited(loop);
 	if (n < 0)
 		return errno == EINTR ? done : -errno;
 	for (int i = 0; i < n; i++)

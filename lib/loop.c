@@ -167,7 +167,7 @@ static int turn_timeout(struct perch_loop *loop, int timeout_ms)
 	double due_ms;
 	if (!perch__timers_soonest(loop, &due_ms))
 		return timeout_ms;
-	double left = due_ms - perch__now_ms();
+	double left = due_ms - perch__loop_clock_read(loop); /* fresh, and the clock of what the poll runs before its wait */
 	int ms = left > 0 ? (int)left + 1 : 0;
 	return timeout_ms < 0 || ms < timeout_ms ? ms : timeout_ms;
 }
@@ -184,6 +184,7 @@ int perch_loop_run_once(struct perch_loop *loop, int timeout_ms)
 	struct perch_loop *prev = perch__current_loop;
 	perch__current_loop = loop;
 	loop->in_turn = true;
+	loop->turn_clock_read = false; /* a turn's clock is never the last turn's */
 	int posted = perch__inbox_drain(loop);
 	/* Posted work counts as this turn's events: do not also sleep. */
 	int rc = loop->be->poll(loop, posted ? 0 : turn_timeout(loop, timeout_ms));

@@ -14,10 +14,29 @@
 
 /* CLOCK_MONOTONIC in milliseconds. */
 double perch__now_ms(void);
+/*
+ * Loop thread: the clock as a turn sees it, read once after the poll's
+ * wait (at its first use) and kept until the next wait, so a turn that
+ * restarts many timers reads it once. It lags the true time by what the
+ * turn ran since: a timer armed from it may fire that much early, one
+ * expired by it that much late. Outside a turn, perch__now_ms.
+ */
+/* Reads the clock afresh; in a turn, it is the turn's clock from then on. */
+double perch__loop_clock_read(struct perch_loop *loop);
+static inline double perch__loop_now_ms(struct perch_loop *loop)
+{
+	return loop->in_turn && loop->turn_clock_read ? loop->turn_clock_ms : perch__loop_clock_read(loop);
+}
 /* Whether this thread owns the loop, claiming it if no thread has yet (as a turn does). */
 bool perch__loop_claim(struct perch_loop *loop);
 /* Arms (or re-arms) t for due_ms, a timer of `ms`, with no thread check: the loop's own timers. */
 void perch__timer_arm_at(struct perch_timer *t, double due_ms, unsigned ms);
+/*
+ * perch_timer_start measured from the turn's clock (perch__loop_now_ms),
+ * with the same checks and returns: for a timeout pushed back at every
+ * request, where a lag of the turn's own run time does not matter.
+ */
+int perch__timer_restart(struct perch_timer *t, unsigned ms);
 /* Disarms t wherever it waits; a disarmed timer is left alone. */
 void perch__timer_disarm(struct perch_timer *t);
 /* The soonest armed timer's due time; false when none is armed. */

@@ -13,6 +13,16 @@ double perch__now_ms(void)
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+double perch__loop_clock_read(struct perch_loop *loop)
+{
+	double now = perch__now_ms();
+	if (loop->in_turn) {
+		loop->turn_clock_ms = now;
+		loop->turn_clock_read = true;
+	}
+	return now;
+}
+
 _Static_assert(PERCH__TIMER_DURATIONS + 1 <= 32, "a bit per list in timers_held");
 
 /* The bit of `l` in loop->timers_held; the firing list has none. */
@@ -159,7 +169,7 @@ void perch__timers_expire(struct perch_loop *loop)
 	struct perch__timer_list *firing = &loop->timers_firing, *l = soonest_list(loop);
 	if (!l)
 		return;
-	double now = perch__now_ms();
+	double now = perch__loop_now_ms(loop); /* never ahead of the true time: a timer fires late, not early */
 	for (; l && l->head->due_ms <= now; l = soonest_list(loop)) {
 		struct perch_timer *t = l->head;
 		list_unlink(l, t);
@@ -213,17 +223,31 @@ static int on_owning_thread(const struct perch_timer *t)
 	return perch__loop_claim(t->loop) ? 0 : -EEXIST;
 }
 
-int perch_timer_start(struct perch_timer *t, unsigned ms)
+/* perch_timer_start's checks: 0 when t may be armed for `ms` now. */
+static int may_start(const struct perch_timer *t, unsigned ms)
 {
 	int rc = on_owning_thread(t);
 	if (rc != 0)
 		return rc;
 	if (ms > PERCH_TIMER_MAX_MS)
 		return -EINVAL;
-	if (t->loop->freeing)
-		return -ECANCELED;
-	perch__timer_arm_at(t, perch__now_ms() + ms, ms);
-	return 0;
+	return t->loop->freeing ? -ECANCELED : 0;
+}
+
+int perch_timer_start(struct perch_timer *t, unsigned ms)
+{
+	int rc = may_start(t, ms);
+	if (rc == 0)
+		perch__timer_arm_at(t, perch__now_ms() + ms, ms);
+	return rc;
+}
+
+int perch__timer_restart(struct perch_timer *t, unsigned ms)
+{
+	int rc = may_start(t, ms);
+	if (rc == 0)
+		perch__timer_arm_at(t, perch__loop_now_ms(t->loop) + ms, ms);
+	return rc;
 }
 
 int perch_timer_stop(struct perch_timer *t)

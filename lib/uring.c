@@ -313,6 +313,7 @@ static int uring_poll(struct perch_loop *loop, int timeout_ms)
 						.tv_nsec = (long long)(timeout_ms % 1000) * 1000000 };
 		rc = io_uring_submit_and_wait_timeout(&u->ring, &cqe, 1, &ts, NULL);
 	}
+	perch__loop_waited(loop);
 	if (rc < 0 && rc != -ETIME && !refused_for_now(rc)) {
 		ring_broken(u, rc);
 		return rc;

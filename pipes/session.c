@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "loop_internal.h"
+
 static void session_link(struct perch_session *s)
 {
 	struct perch__server_worker *wk = s->wk;
@@ -150,8 +152,9 @@ int perch_session_touch(struct perch_session *s)
 	if (!s)
 		return -EINVAL;
 	unsigned ms = s->wk->srv->opts.idle_timeout_ms;
+	/* From the turn's clock: a touch at every answer reads no clock of its own. */
 	if (ms && !s->ending)
-		perch_timer_start(&s->idle, ms);
+		perch__timer_restart(&s->idle, ms);
 	return 0;
 }
 

@@ -424,6 +424,114 @@ static void a_timer_started_from_posted_work_fires_on_the_loop_thread(void **sta
 	sem_destroy(&fired);
 }
 
+/* ---- the turn's clock (perch__loop_now_ms: a session's idle restart reads it) ---- */
+
+static void spin_ms(double ms)
+{
+	double end = mono_ms() + ms;
+	while (mono_ms() < end)
+		;
+}
+
+/* What posted work saw of the turn's clock, and the true time around it. */
+struct clock_seen {
+	struct perch_loop *loop;
+	double first, second;        /* the turn's clock, twice, 5 ms apart */
+	double true_after;           /* mono_ms() after the second */
+	double posted_at;            /* mono_ms() just before the post */
+	int runs;
+};
+
+static void read_turn_clock_twice(void *arg)
+{
+	struct clock_seen *c = arg;
+	c->first = perch__loop_now_ms(c->loop);
+	spin_ms(5);
+	c->second = perch__loop_now_ms(c->loop);
+	c->true_after = mono_ms();
+	c->runs++;
+}
+
+static void never(struct perch_timer *t, void *arg)
+{
+	(void)t;
+	fail_msg("a 10 s timer fired (arg %p)", arg);
+}
+
+/* A far timer: each turn reads the clock for its sleep before the wait, and the expiry after it. */
+static void arm_far_timer(struct perch_timer *t, struct perch_loop *loop)
+{
+	perch_timer_init(t, loop, never, NULL);
+	assert_int_equal(perch_timer_start(t, 10000), 0);
+}
+
+static void a_turn_reads_its_clock_once_and_outside_a_turn_it_is_fresh(void **state)
+{
+	struct perch_loop *loop = new_loop();
+	struct clock_seen c = { .loop = loop };
+	assert_int_equal(perch_loop_post(loop, read_turn_clock_twice, &c), 0);
+	while (c.runs == 0)
+		assert_true(perch_loop_run_once(loop, 10) >= 0);
+	assert_true(c.first == c.second); /* one read serves the turn */
+	assert_true(c.true_after - c.second >= 5.0);
+	double before = perch__loop_now_ms(loop);
+	spin_ms(2);
+	assert_true(perch__loop_now_ms(loop) - before >= 2.0); /* no turn runs: each call reads */
+	perch_loop_free(loop);
+}
+
+struct post_later {
+	struct perch_loop *loop;
+	struct clock_seen *c;
+};
+
+static void *post_after_100_ms(void *arg)
+{
+	struct post_later *p = arg;
+	usleep(100 * 1000);
+	p->c->posted_at = mono_ms();
+	assert_int_equal(perch_loop_post(p->loop, read_turn_clock_twice, p->c), 0);
+	return NULL;
+}
+
+/* Work the wait woke for sees the clock read after the wait, not the one the turn read for its sleep. */
+static void work_after_a_wait_sees_the_clock_after_it(void **state)
+{
+	struct perch_loop *loop = new_loop();
+	struct perch_timer far;
+	arm_far_timer(&far, loop);
+	struct clock_seen c = { .loop = loop };
+	struct post_later p = { loop, &c };
+	assert_int_equal(perch_loop_run_once(loop, 0), 0); /* the thread owns the loop before the poster posts */
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, post_after_100_ms, &p), 0);
+	double end = mono_ms() + 5000;
+	while (c.runs == 0 && mono_ms() < end)
+		assert_true(perch_loop_run_once(loop, 2000) >= 0);
+	pthread_join(th, NULL);
+	assert_int_equal(c.runs, 1);
+	assert_true(c.first >= c.posted_at);
+	perch_timer_stop(&far);
+	perch_loop_free(loop);
+}
+
+/* A turn's first work (the inbox, before any wait) never sees the clock the last turn kept. */
+static void a_turn_never_starts_with_the_last_turns_clock(void **state)
+{
+	struct perch_loop *loop = new_loop();
+	struct perch_timer far;
+	arm_far_timer(&far, loop);
+	assert_true(perch_loop_run_once(loop, 0) >= 0); /* its expiry keeps a clock read after the wait */
+	usleep(50 * 1000);
+	struct clock_seen c = { .loop = loop, .posted_at = mono_ms() };
+	assert_int_equal(perch_loop_post(loop, read_turn_clock_twice, &c), 0);
+	assert_true(perch_loop_run_once(loop, 0) >= 1);
+	assert_int_equal(c.runs, 1);
+	assert_true(c.first >= c.posted_at);
+	perch_timer_stop(&far);
+	perch_loop_free(loop);
+}
+
 /* ---- the end of a loop, and bad input ---- */
 
 static void never_accepts(struct perch_listener *l, struct perch_conn *c, void *arg)
@@ -522,6 +630,9 @@ int main(void)
 		cmocka_unit_test(a_callback_may_stop_another_due_timer_and_free_its_own),
 		cmocka_unit_test(start_and_stop_off_the_owning_thread_are_refused_with_eexist),
 		cmocka_unit_test(a_timer_started_from_posted_work_fires_on_the_loop_thread),
+		cmocka_unit_test(a_turn_reads_its_clock_once_and_outside_a_turn_it_is_fresh),
+		cmocka_unit_test(work_after_a_wait_sees_the_clock_after_it),
+		cmocka_unit_test(a_turn_never_starts_with_the_last_turns_clock),
 		cmocka_unit_test(timers_never_fire_once_the_loop_is_freed_and_are_unbound_by_it),
 		cmocka_unit_test(bad_arguments_return_einval_and_change_nothing),
 	};
