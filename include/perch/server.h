@@ -58,10 +58,12 @@ struct perch_server_opts {
 	 * A session whose idle time runs out is ended as perch_server_stop's
 	 * deadline ends one (below), its connection closed as idle_end says.
 	 * The time counts from the accept, and again from each
-	 * perch_session_touch, as of the loop's turn: the clock the turn
-	 * read once after its wait, so by what the turn ran before the touch
-	 * (microseconds) it may end that much early. 0: never; at most
-	 * PERCH_TIMER_MAX_MS.
+	 * perch_session_touch. To save a clock read at every touch, both
+	 * count from a time the loop read earlier in the same pass over its
+	 * events: a session may end early by as long as that pass's
+	 * callbacks ran before the touch (microseconds, unless callbacks do
+	 * heavy work), and on a busy loop late by up to one pass. 0: never;
+	 * at most PERCH_TIMER_MAX_MS.
 	 */
 	unsigned idle_timeout_ms;
 	/*
