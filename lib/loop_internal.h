@@ -14,15 +14,18 @@
 
 /* CLOCK_MONOTONIC in milliseconds. */
 double perch__now_ms(void);
-/*
- * Loop thread: the clock as a turn sees it, read once after the poll's
- * wait (at its first use) and kept until the next wait, so a turn that
- * restarts many timers reads it once. It lags the true time by what the
- * turn ran since: a timer armed from it may fire that much early, one
- * expired by it that much late. Outside a turn, perch__now_ms.
- */
 /* Reads the clock afresh; in a turn, it is the turn's clock from then on. */
 double perch__loop_clock_read(struct perch_loop *loop);
+/*
+ * Loop thread: the clock as a turn sees it. Forgotten at the turn's
+ * start, after each wait of its poll (perch__loop_waited) and after a
+ * nested loop's turn or free from its callbacks; read afresh at the
+ * first use after that (the sleep's computation, when a timer is armed,
+ * is one) and kept until then, so a turn that restarts many timers reads
+ * it once. It lags the true time by what the turn ran since the read: a
+ * timer armed from it may fire that much early, one expired by it that
+ * much late. Outside a turn, perch__now_ms.
+ */
 static inline double perch__loop_now_ms(struct perch_loop *loop)
 {
 	return loop->in_turn && loop->turn_clock_read ? loop->turn_clock_ms : perch__loop_clock_read(loop);

@@ -468,6 +468,8 @@ static void arm_far_timer(struct perch_timer *t, struct perch_loop *loop)
 static void a_turn_reads_its_clock_once_and_outside_a_turn_it_is_fresh(void **state)
 {
 	struct perch_loop *loop = new_loop();
+	struct perch_timer far;
+	arm_far_timer(&far, loop); /* the turn ends with a clock kept: outside a turn it must not serve */
 	struct clock_seen c = { .loop = loop };
 	assert_int_equal(perch_loop_post(loop, read_turn_clock_twice, &c), 0);
 	while (c.runs == 0)
@@ -477,6 +479,7 @@ static void a_turn_reads_its_clock_once_and_outside_a_turn_it_is_fresh(void **st
 	double before = perch__loop_now_ms(loop);
 	spin_ms(2);
 	assert_true(perch__loop_now_ms(loop) - before >= 2.0); /* no turn runs: each call reads */
+	perch_timer_stop(&far);
 	perch_loop_free(loop);
 }
 
@@ -494,23 +497,30 @@ static void *post_after_100_ms(void *arg)
 	return NULL;
 }
 
-/* Work the wait woke for sees the clock read after the wait, not the one the turn read for its sleep. */
+/*
+ * Work the wait woke for sees the clock read after the wait, not the one
+ * the turn read for its sleep. Three times: a thread kept off its CPU for
+ * the poster's 100 ms would take the post in its next turn's drain
+ * instead, where any clock is fresh.
+ */
 static void work_after_a_wait_sees_the_clock_after_it(void **state)
 {
 	struct perch_loop *loop = new_loop();
 	struct perch_timer far;
 	arm_far_timer(&far, loop);
-	struct clock_seen c = { .loop = loop };
-	struct post_later p = { loop, &c };
 	assert_int_equal(perch_loop_run_once(loop, 0), 0); /* the thread owns the loop before the poster posts */
-	pthread_t th;
-	assert_int_equal(pthread_create(&th, NULL, post_after_100_ms, &p), 0);
-	double end = mono_ms() + 5000;
-	while (c.runs == 0 && mono_ms() < end)
-		assert_true(perch_loop_run_once(loop, 2000) >= 0);
-	pthread_join(th, NULL);
-	assert_int_equal(c.runs, 1);
-	assert_true(c.first >= c.posted_at);
+	for (int i = 0; i < 3; i++) {
+		struct clock_seen c = { .loop = loop };
+		struct post_later p = { loop, &c };
+		pthread_t th;
+		assert_int_equal(pthread_create(&th, NULL, post_after_100_ms, &p), 0);
+		double end = mono_ms() + 5000;
+		while (c.runs == 0 && mono_ms() < end)
+			assert_true(perch_loop_run_once(loop, 2000) >= 0);
+		pthread_join(th, NULL);
+		assert_int_equal(c.runs, 1);
+		assert_true(c.first >= c.posted_at);
+	}
 	perch_timer_stop(&far);
 	perch_loop_free(loop);
 }
@@ -529,6 +539,63 @@ static void a_turn_never_starts_with_the_last_turns_clock(void **state)
 	assert_int_equal(c.runs, 1);
 	assert_true(c.first >= c.posted_at);
 	perch_timer_stop(&far);
+	perch_loop_free(loop);
+}
+
+struct nested {
+	struct perch_loop *outer, *inner;
+	double before, after;        /* the outer turn's clock around the inner loop's turn */
+	int runs;
+};
+
+static void run_another_loops_turn(void *arg)
+{
+	struct nested *n = arg;
+	n->before = perch__loop_now_ms(n->outer);
+	assert_true(perch_loop_run_once(n->inner, 100) >= 0); /* nothing to do: it waits its 100 ms */
+	n->after = perch__loop_now_ms(n->outer);
+	n->runs++;
+}
+
+/* A callback that runs another loop's turn waited in it: its own turn reads the clock again. */
+static void a_turn_reads_its_clock_again_after_another_loops_turn_inside_it(void **state)
+{
+	struct nested n = { .outer = new_loop(), .inner = new_loop() };
+	assert_int_equal(perch_loop_post(n.outer, run_another_loops_turn, &n), 0);
+	while (n.runs == 0)
+		assert_true(perch_loop_run_once(n.outer, 10) >= 0);
+	assert_true(n.after - n.before >= 95.0);
+	perch_loop_free(n.inner);
+	perch_loop_free(n.outer);
+}
+
+struct late_start {
+	struct perch_loop *loop;
+	struct perch_timer *t;
+	double started_at;           /* mono_ms() just before perch_timer_start */
+};
+
+static void start_after_busy_work(void *arg)
+{
+	struct late_start *ls = arg;
+	(void)perch__loop_now_ms(ls->loop); /* the turn keeps the clock of now */
+	spin_ms(50);
+	ls->started_at = mono_ms();
+	assert_int_equal(perch_timer_start(ls->t, 100), 0);
+}
+
+/* perch_timer_start reads the clock itself: late in a long turn, a timer is still never early. */
+static void a_timer_started_late_in_a_long_turn_is_never_early(void **state)
+{
+	struct perch_loop *loop = new_loop();
+	struct firing f = { 0 };
+	struct perch_timer t;
+	perch_timer_init(&t, loop, record, &f);
+	struct late_start ls = { loop, &t, 0 };
+	assert_int_equal(perch_loop_post(loop, start_after_busy_work, &ls), 0);
+	run_for(loop, 2000, &f.count);
+	assert_int_equal(f.count, 1);
+	assert_true(f.at_ms[0] - ls.started_at >= 100.0);
 	perch_loop_free(loop);
 }
 
@@ -633,6 +700,8 @@ int main(void)
 		cmocka_unit_test(a_turn_reads_its_clock_once_and_outside_a_turn_it_is_fresh),
 		cmocka_unit_test(work_after_a_wait_sees_the_clock_after_it),
 		cmocka_unit_test(a_turn_never_starts_with_the_last_turns_clock),
+		cmocka_unit_test(a_turn_reads_its_clock_again_after_another_loops_turn_inside_it),
+		cmocka_unit_test(a_timer_started_late_in_a_long_turn_is_never_early),
 		cmocka_unit_test(timers_never_fire_once_the_loop_is_freed_and_are_unbound_by_it),
 		cmocka_unit_test(bad_arguments_return_einval_and_change_nothing),
 	};
