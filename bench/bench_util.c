@@ -304,3 +304,25 @@ double bu_median(double *v, int n)
 	qsort(v, (size_t)n, sizeof(*v), by_value);
 	return v[n / 2];
 }
+
+int bu_listen_loopback(const char *prog, int backlog, int *port)
+{
+	int fd = bu_listen("127.0.0.1", 0, backlog, false);
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	if (fd < 0 || getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+		fprintf(stderr, "%s: no loopback listener\n", prog);
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	*port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	return fd;
+}
+
+double bu_thread_cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}

@@ -78,4 +78,10 @@ int bu_second_thread(void);
 /* The median of v[0..n) (n > 0), which it sorts in place. */
 double bu_median(double *v, int n);
 
+/* A listener on 127.0.0.1 at a port the kernel picks: its fd (non-blocking) and *port, or -1 after saying why on stderr, `prog` first. */
+int bu_listen_loopback(const char *prog, int backlog, int *port);
+
+/* The calling thread's CPU time, user and system, in nanoseconds. */
+double bu_thread_cpu_ns(void);
+
 #endif /* PERCH_BENCH_UTIL_H */

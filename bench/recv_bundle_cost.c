@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_bufring.h"
 #include "bench_util.h"
 
 /* liburing 2.3's headers predate bundles (kernel 6.10). */
@@ -64,36 +65,6 @@ static void *send_all(void *arg)
 	return NULL;
 }
 
-struct bufring {
-	struct io_uring_buf_ring *br;
-	char *mem;
-	uint32_t size;
-};
-
-static void give_back(struct bufring *b, uint32_t bid, int i)
-{
-	io_uring_buf_ring_add(b->br, b->mem + (size_t)bid * b->size, b->size, (unsigned short)bid,
-			      io_uring_buf_ring_mask(NBUFS), i);
-}
-
-/* liburing 2.3 has no setup helper: map, register, fill. 0 or -errno. */
-static int bufring_setup(struct io_uring *ring, struct bufring *b, uint32_t size)
-{
-	b->size = size;
-	if (posix_memalign((void **)&b->br, 4096, NBUFS * sizeof(struct io_uring_buf)) != 0 ||
-	    posix_memalign((void **)&b->mem, 4096, (size_t)NBUFS * size) != 0)
-		return -ENOMEM;
-	io_uring_buf_ring_init(b->br);
-	struct io_uring_buf_reg reg = { .ring_addr = (unsigned long)b->br, .ring_entries = NBUFS, .bgid = BGID };
-	int rc = io_uring_register_buf_ring(ring, &reg, 0);
-	if (rc != 0)
-		return rc;
-	for (uint32_t i = 0; i < NBUFS; i++)
-		give_back(b, i, (int)i);
-	io_uring_buf_ring_advance(b->br, NBUFS);
-	return 0;
-}
-
 static int arm(struct io_uring *ring, int fd, bool bundle)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
@@ -111,20 +82,13 @@ struct result {
 	double cpu_us_per_mib, cqes_per_mib, mib_per_s;
 };
 
-static double thread_cpu_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
 /*
  * One round: receives everything a sender thread writes into a new
  * connection. The buffers a completion took are the ring's next ones in
  * order (ids follow each other: each goes back to the tail as it is seen).
  * 0, or -1 after saying why.
  */
-static int round_once(struct io_uring *ring, struct bufring *b, int lfd, int port, uint64_t bytes, bool bundle,
+static int round_once(struct io_uring *ring, struct bu_bufring *b, int lfd, int port, uint64_t bytes, bool bundle,
 		      uint32_t *next_bid, struct result *r)
 {
 	int cfd = bu_connect("127.0.0.1", port), afd = -1;
@@ -139,7 +103,7 @@ static int round_once(struct io_uring *ring, struct bufring *b, int lfd, int por
 	pthread_t th;
 	if (pthread_create(&th, NULL, send_all, &s) != 0)
 		return -1;
-	double cpu0 = thread_cpu_us(), t0 = (double)bu_now_ns();
+	double cpu0 = bu_thread_cpu_ns(), t0 = (double)bu_now_ns();
 	uint64_t got = 0, cqes = 0;
 	bool done = false;
 	int rc = arm(ring, afd, bundle);
@@ -160,7 +124,7 @@ static int round_once(struct io_uring *ring, struct bufring *b, int lfd, int por
 					rc = -1;
 				}
 				for (int left = res; left > 0; left -= (int)b->size) {
-					give_back(b, *next_bid, added++);
+					bu_bufring_add(b, *next_bid, added++);
 					*next_bid = (*next_bid + 1) % NBUFS;
 				}
 				got += (uint64_t)res;
@@ -176,7 +140,7 @@ static int round_once(struct io_uring *ring, struct bufring *b, int lfd, int por
 		io_uring_buf_ring_advance(b->br, added);
 		io_uring_cq_advance(ring, seen);
 	}
-	double cpu = thread_cpu_us() - cpu0, wall_s = ((double)bu_now_ns() - t0) / 1e9;
+	double cpu = (bu_thread_cpu_ns() - cpu0) / 1e3, wall_s = ((double)bu_now_ns() - t0) / 1e9;
 	pthread_join(th, NULL);
 	close(afd);
 	if (rc != 0 || got != bytes) {
@@ -208,19 +172,14 @@ int main(int argc, char **argv)
 		printf("recv_bundle_cost: this kernel has no recv bundles (6.10+)\n");
 		return 77;
 	}
-	struct bufring b;
-	if ((rc = bufring_setup(&ring, &b, (uint32_t)size)) != 0) {
+	struct bu_bufring b;
+	if ((rc = bu_bufring_setup(&ring, &b, NBUFS, (uint32_t)size, BGID, 0)) != 0) {
 		fprintf(stderr, "recv_bundle_cost: buffer ring: %s\n", strerror(-rc));
 		return 1;
 	}
-	int lfd = bu_listen("127.0.0.1", 0, 16, false);
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
-	if (lfd < 0 || getsockname(lfd, (struct sockaddr *)&ss, &sl) != 0) {
-		fprintf(stderr, "recv_bundle_cost: no loopback listener\n");
+	int port, lfd = bu_listen_loopback("recv_bundle_cost", 16, &port);
+	if (lfd < 0)
 		return 1;
-	}
-	int port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
 	double cpu[2][MAX_ROUNDS], cq[2][MAX_ROUNDS], rate[2][MAX_ROUNDS];
 	uint32_t next_bid = 0;
 	for (int i = 0; i < (int)rounds; i++)
