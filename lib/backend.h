@@ -262,7 +262,8 @@ struct perch_loop {
 	uint32_t owner_tid;          /* the thread that first ran the loop; 0 before (claimed by CAS) */
 	bool freeing;
 	bool in_turn;                /* one of its turns runs (on its thread): another, nested, is refused */
-	bool turn_clock_read;        /* turn_clock_ms is this turn's clock, read since its last wait (perch__loop_now_ms) */
+	bool turn_clock_read;        /* turn_clock_ms is this turn's clock (perch__loop_now_ms) ... */
+	uint64_t turn_clock_waits;   /* ... while the thread's polls have not waited since (perch__thread_waits) */
 	double turn_clock_ms;
 	struct perch_loop_opts opts; /* resolved: backend and read_budget included */
 	const char *be_refused_at;   /* set by a failed init: the call the kernel refused */
@@ -321,11 +322,8 @@ bool perch__unpark(struct perch__park_list *l, struct perch__sock *s);
 struct perch__sock *perch__loop_sock(struct perch_loop *loop, uint32_t slot, uint32_t gen);
 /* The wake eventfd was readable: runs posted work. */
 void perch__loop_woken(struct perch_loop *loop);
-/* The poll's wait returned (right after it, before any dispatch): the turn's clock is read again at its next use. */
-static inline void perch__loop_waited(struct perch_loop *loop)
-{
-	loop->turn_clock_read = false;
-}
+/* The poll's wait returned (right after it, before any dispatch): every turn's clock on this thread is read again at its next use. */
+void perch__loop_waited(struct perch_loop *loop);
 /*
  * A listener accepted `fd`, or failed with -errno (logged, at most a line
  * every 10 s): a failure of that one connection (ECONNABORTED, EPROTO,

@@ -172,17 +172,6 @@ static int turn_timeout(struct perch_loop *loop, int timeout_ms)
 	return timeout_ms < 0 || ms < timeout_ms ? ms : timeout_ms;
 }
 
-/*
- * A turn or a free of one loop ran from a callback of `outer` (or of no
- * loop: NULL) and may have waited: the outer turn reads its clock again.
- */
-static void outer_loop_back(struct perch_loop *outer)
-{
-	perch__current_loop = outer;
-	if (outer)
-		outer->turn_clock_read = false;
-}
-
 int perch_loop_run_once(struct perch_loop *loop, int timeout_ms)
 {
 	if (!loop)
@@ -201,7 +190,7 @@ int perch_loop_run_once(struct perch_loop *loop, int timeout_ms)
 	int rc = loop->be->poll(loop, posted ? 0 : turn_timeout(loop, timeout_ms));
 	perch__timers_expire(loop);
 	loop->in_turn = false;
-	outer_loop_back(prev);
+	perch__current_loop = prev;
 	return rc < 0 ? rc : rc + posted;
 }
 
@@ -267,7 +256,7 @@ static void last_turns(struct perch_loop *loop)
 	do
 		perch__inbox_wait_posters(loop);
 	while (perch__inbox_drain(loop) > 0 && ++rounds < FREE_LAST_DRAINS);
-	outer_loop_back(prev);
+	perch__current_loop = prev;
 }
 
 /* Listeners never inserted (no room, or queued when the free began) and never closed: nothing is in flight for them. */

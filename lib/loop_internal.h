@@ -16,20 +16,6 @@
 double perch__now_ms(void);
 /* Reads the clock afresh; in a turn, it is the turn's clock from then on. */
 double perch__loop_clock_read(struct perch_loop *loop);
-/*
- * Loop thread: the clock as a turn sees it. Forgotten at the turn's
- * start, after each wait of its poll (perch__loop_waited) and after a
- * nested loop's turn or free from its callbacks; read afresh at the
- * first use after that (the sleep's computation, when a timer is armed,
- * is one) and kept until then, so a turn that restarts many timers reads
- * it once. It lags the true time by what the turn ran since the read: a
- * timer armed from it may fire that much early, one expired by it that
- * much late. Outside a turn, perch__now_ms.
- */
-static inline double perch__loop_now_ms(struct perch_loop *loop)
-{
-	return loop->in_turn && loop->turn_clock_read ? loop->turn_clock_ms : perch__loop_clock_read(loop);
-}
 /* Whether this thread owns the loop, claiming it if no thread has yet (as a turn does). */
 bool perch__loop_claim(struct perch_loop *loop);
 /* Arms (or re-arms) t for due_ms, a timer of `ms`, with no thread check: the loop's own timers. */
@@ -69,6 +55,26 @@ void perch__timers_unbind_all(struct perch_loop *loop);
  */
 extern __thread struct perch_loop *perch__current_loop
 	__attribute__((visibility("hidden"))) PERCH__TLS_MODEL;
+
+/* The waits this thread's polls made, of any loop (perch__loop_waited): a kept turn clock holds while it stands still. */
+extern __thread uint64_t perch__thread_waits __attribute__((visibility("hidden"))) PERCH__TLS_MODEL;
+
+/*
+ * Loop thread: the clock as a turn sees it. Forgotten at the turn's
+ * start and whenever a poll on this thread waits (its own, or a nested
+ * loop's run from its callbacks); read afresh at the first use after
+ * that (the sleep's computation, when a timer is armed, is one) and kept
+ * until then, so a turn that restarts many timers reads it once. It lags
+ * the true time by what ran on the thread since the read: a timer armed
+ * from it may fire that much early, one expired by it that much late.
+ * Outside a turn, perch__now_ms.
+ */
+static inline double perch__loop_now_ms(struct perch_loop *loop)
+{
+	return loop->in_turn && loop->turn_clock_read && loop->turn_clock_waits == perch__thread_waits ?
+		       loop->turn_clock_ms :
+		       perch__loop_clock_read(loop);
+}
 
 /* Any thread: whether this thread is running `loop` (false for NULL). perch_loop_is_current, inline. */
 static inline bool perch__loop_is_current(const struct perch_loop *loop)

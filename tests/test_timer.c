@@ -544,27 +544,48 @@ static void a_turn_never_starts_with_the_last_turns_clock(void **state)
 
 struct nested {
 	struct perch_loop *outer, *inner;
-	double before, after;        /* the outer turn's clock around the inner loop's turn */
-	int runs;
+	struct perch_timer inner_timer;
+	double before, started;      /* the outer turn's clock, and the true time, before the inner run */
+	double inner_saw;            /* the outer turn's clock as the inner loop's timer callback read it */
+	double after;                /* the outer turn's clock after the inner run */
+	int runs, inner_runs;
 };
 
-static void run_another_loops_turn(void *arg)
+static void inner_fired(struct perch_timer *t, void *arg)
+{
+	struct nested *n = arg;
+	n->inner_saw = perch__loop_now_ms(n->outer);
+	n->inner_runs++;
+}
+
+/* A callback of the outer loop runs the inner loop's turns until its 100 ms timer fires. */
+static void run_another_loops_turns(void *arg)
 {
 	struct nested *n = arg;
 	n->before = perch__loop_now_ms(n->outer);
-	assert_true(perch_loop_run_once(n->inner, 100) >= 0); /* nothing to do: it waits its 100 ms */
+	n->started = mono_ms();
+	perch_timer_init(&n->inner_timer, n->inner, inner_fired, n);
+	if (perch_timer_start(&n->inner_timer, 100) == 0)
+		for (double end = mono_ms() + 2000; n->inner_runs == 0 && mono_ms() < end;)
+			perch_loop_run_once(n->inner, 500);
 	n->after = perch__loop_now_ms(n->outer);
 	n->runs++;
 }
 
-/* A callback that runs another loop's turn waited in it: its own turn reads the clock again. */
+/*
+ * A callback that runs another loop's turns waited in them: from the
+ * inner loop's own callbacks after its wait, and after it, the outer
+ * turn's clock is read again.
+ */
 static void a_turn_reads_its_clock_again_after_another_loops_turn_inside_it(void **state)
 {
 	struct nested n = { .outer = new_loop(), .inner = new_loop() };
-	assert_int_equal(perch_loop_post(n.outer, run_another_loops_turn, &n), 0);
+	assert_int_equal(perch_loop_post(n.outer, run_another_loops_turns, &n), 0);
 	while (n.runs == 0)
 		assert_true(perch_loop_run_once(n.outer, 10) >= 0);
-	assert_true(n.after - n.before >= 95.0);
+	assert_int_equal(n.inner_runs, 1);
+	assert_true(n.inner_saw >= n.started + 100.0);
+	assert_true(n.after - n.before >= 100.0);
 	perch_loop_free(n.inner);
 	perch_loop_free(n.outer);
 }
