@@ -297,9 +297,10 @@ static int epoll_poll(struct perch_loop *loop, int timeout_ms)
 		timeout_ms = 0; /* completions were reported, or are waiting: do not sleep */
 	loop->stats.waits++;
 	int n = epoll_wait(e->epfd, e->events, MAX_EVENTS, timeout_ms);
+	int err = n < 0 ? errno : 0;
 	perch__loop_waited(loop);
 	if (n < 0)
-		return errno == EINTR ? done : -errno;
+		return err == EINTR ? done : -err;
 	for (int i = 0; i < n; i++)
 		dispatch(loop, &e->events[i]);
 	done += run_pending(e);
