@@ -262,8 +262,7 @@ struct perch_loop {
 	uint32_t owner_tid;          /* the thread that first ran the loop; 0 before (claimed by CAS) */
 	bool freeing;
 	bool in_turn;                /* one of its turns runs (on its thread): another, nested, is refused */
-	bool turn_clock_read;        /* turn_clock_ms is this turn's clock (perch__loop_now_ms) ... */
-	uint64_t turn_clock_waits;   /* ... while the thread's polls have not waited since (perch__thread_waits) */
+	uint64_t turn_clock_epoch;   /* turn_clock_ms is this turn's clock while perch__thread_clock_epoch equals it */
 	double turn_clock_ms;
 	struct perch_loop_opts opts; /* resolved: backend and read_budget included */
 	const char *be_refused_at;   /* set by a failed init: the call the kernel refused */

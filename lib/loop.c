@@ -184,7 +184,7 @@ int perch_loop_run_once(struct perch_loop *loop, int timeout_ms)
 	struct perch_loop *prev = perch__current_loop;
 	perch__current_loop = loop;
 	loop->in_turn = true;
-	loop->turn_clock_read = false; /* a turn's clock is never the last turn's */
+	perch__thread_clock_epoch++; /* a turn's clock is never the last turn's */
 	int posted = perch__inbox_drain(loop);
 	/* Posted work counts as this turn's events: do not also sleep. */
 	int rc = loop->be->poll(loop, posted ? 0 : turn_timeout(loop, timeout_ms));

@@ -56,8 +56,12 @@ void perch__timers_unbind_all(struct perch_loop *loop);
 extern __thread struct perch_loop *perch__current_loop
 	__attribute__((visibility("hidden"))) PERCH__TLS_MODEL;
 
-/* The waits this thread's polls made, of any loop (perch__loop_waited): a kept turn clock holds while it stands still. */
-extern __thread uint64_t perch__thread_waits __attribute__((visibility("hidden"))) PERCH__TLS_MODEL;
+/*
+ * Bumped at each turn's start and each wait of a poll on this thread, of
+ * any loop (perch__loop_waited): a turn's kept clock holds while it stands
+ * still. Never 0 in a turn, so a loop's first turn keeps nothing.
+ */
+extern __thread uint64_t perch__thread_clock_epoch __attribute__((visibility("hidden"))) PERCH__TLS_MODEL;
 
 /*
  * Loop thread: the clock as a turn sees it. Forgotten at the turn's
@@ -71,9 +75,9 @@ extern __thread uint64_t perch__thread_waits __attribute__((visibility("hidden")
  */
 static inline double perch__loop_now_ms(struct perch_loop *loop)
 {
-	return loop->in_turn && loop->turn_clock_read && loop->turn_clock_waits == perch__thread_waits ?
-		       loop->turn_clock_ms :
-		       perch__loop_clock_read(loop);
+	if (loop->in_turn && loop->turn_clock_epoch == perch__thread_clock_epoch)
+		return loop->turn_clock_ms;
+	return perch__loop_clock_read(loop);
 }
 
 /* Any thread: whether this thread is running `loop` (false for NULL). perch_loop_is_current, inline. */

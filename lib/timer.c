@@ -13,15 +13,14 @@ double perch__now_ms(void)
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-__thread uint64_t perch__thread_waits;
+__thread uint64_t perch__thread_clock_epoch;
 
 double perch__loop_clock_read(struct perch_loop *loop)
 {
 	double now = perch__now_ms();
 	if (loop->in_turn) {
 		loop->turn_clock_ms = now;
-		loop->turn_clock_waits = perch__thread_waits;
-		loop->turn_clock_read = true;
+		loop->turn_clock_epoch = perch__thread_clock_epoch;
 	}
 	return now;
 }
@@ -29,7 +28,7 @@ double perch__loop_clock_read(struct perch_loop *loop)
 void perch__loop_waited(struct perch_loop *loop)
 {
 	(void)loop; /* any turn on this thread, this loop's or one its callbacks nest this poll in */
-	perch__thread_waits++;
+	perch__thread_clock_epoch++;
 }
 
 _Static_assert(PERCH__TIMER_DURATIONS + 1 <= 32, "a bit per list in timers_held");

@@ -590,6 +590,42 @@ static void a_turn_reads_its_clock_again_after_another_loops_turn_inside_it(void
 	perch_loop_free(n.outer);
 }
 
+static void never_accepts(struct perch_listener *l, struct perch_conn *c, void *arg)
+{
+	perch_conn_release(c);
+}
+
+struct nested_free {
+	struct perch_loop *outer, *inner;
+	double kept, after;          /* the outer turn's clock before and after the inner loop's free */
+	int runs;
+};
+
+/* A callback of the outer loop keeps its turn's clock, works 20 ms, then frees the inner loop. */
+static void free_another_loop(void *arg)
+{
+	struct nested_free *n = arg;
+	n->kept = perch__loop_now_ms(n->outer);
+	spin_ms(20); /* no wait: the outer turn keeps its clock */
+	perch_loop_free(n->inner); /* its listener's close keeps the free polling */
+	n->after = perch__loop_now_ms(n->outer);
+	n->runs++;
+}
+
+/* A callback that frees another loop waited in its polls: its own turn reads the clock again. */
+static void a_turn_reads_its_clock_again_after_another_loops_free_inside_it(void **state)
+{
+	struct nested_free n = { .outer = new_loop(), .inner = new_loop() };
+	struct perch_listener *ls;
+	assert_int_equal(perch_listen(n.inner, "127.0.0.1", 0, NULL, never_accepts, NULL, &ls), 0);
+	assert_true(perch_loop_run_once(n.inner, 0) >= 0); /* the listener is in its table */
+	assert_int_equal(perch_loop_post(n.outer, free_another_loop, &n), 0);
+	while (n.runs == 0)
+		assert_true(perch_loop_run_once(n.outer, 10) >= 0);
+	assert_true(n.after - n.kept >= 20.0);
+	perch_loop_free(n.outer);
+}
+
 struct late_start {
 	struct perch_loop *loop;
 	struct perch_timer *t;
@@ -621,11 +657,6 @@ static void a_timer_started_late_in_a_long_turn_is_never_early(void **state)
 }
 
 /* ---- the end of a loop, and bad input ---- */
-
-static void never_accepts(struct perch_listener *l, struct perch_conn *c, void *arg)
-{
-	perch_conn_release(c);
-}
 
 struct at_free {
 	struct perch_timer *t;
@@ -722,6 +753,7 @@ int main(void)
 		cmocka_unit_test(work_after_a_wait_sees_the_clock_after_it),
 		cmocka_unit_test(a_turn_never_starts_with_the_last_turns_clock),
 		cmocka_unit_test(a_turn_reads_its_clock_again_after_another_loops_turn_inside_it),
+		cmocka_unit_test(a_turn_reads_its_clock_again_after_another_loops_free_inside_it),
 		cmocka_unit_test(a_timer_started_late_in_a_long_turn_is_never_early),
 		cmocka_unit_test(timers_never_fire_once_the_loop_is_freed_and_are_unbound_by_it),
 		cmocka_unit_test(bad_arguments_return_einval_and_change_nothing),
