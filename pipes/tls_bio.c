@@ -14,8 +14,16 @@
  * for more without waiting; nothing there is a retry, and the engine
  * parks the read. A write stages the record on the ciphertext writer; a
  * flush still waiting is a retry, and the engine writes again once it
- * completed.
+ * completed. Once OpenSSL handed its write keys to the kernel
+ * (BIO_CTRL_SET_KTLS), what it writes is plaintext for the kernel to
+ * encrypt: tls_kernel.c sends control records itself and says when data
+ * may be staged.
  */
+
+/* OpenSSL's kernel TLS controls: numbers its bio.h names only in a comment. */
+#define BIO_CTRL_SET_KTLS 72             /* num: the write keys (not 0) or the read keys; ptr: them */
+#define BIO_CTRL_SET_KTLS_TX_CTRL_MSG 74 /* num: the record type of the next write */
+#define BIO_CTRL_CLEAR_KTLS_TX_CTRL_MSG 75
 
 /* The engine holds the result and parks no read meanwhile: the advance cannot be refused. */
 static void cin_advance(struct perch_tls *s, size_t n)
@@ -90,8 +98,12 @@ static int bio_write(BIO *b, const char *in, int len)
 		BIO_set_retry_write(b);
 		return -1;
 	}
-	int rc = perch_pipe_write(s->cw, in, (size_t)len);
-	if (rc == -EBUSY) {
+	int rc = s->ktls >= KTLS_KEYS ? perch__tls_kernel_write(s, in, (size_t)len) : 0;
+	if (rc == 0)
+		rc = perch_pipe_write(s->cw, in, (size_t)len);
+	else if (rc > 0)
+		return rc;   /* a control record, sent */
+	if (rc == -EBUSY || rc == -EAGAIN) {
 		BIO_set_retry_write(b);
 		return -1;
 	}
@@ -104,13 +116,23 @@ static int bio_write(BIO *b, const char *in, int len)
 
 static long bio_ctrl(BIO *b, int cmd, long num, void *ptr)
 {
+	struct perch_tls *s = BIO_get_data(b);
 	switch (cmd) {
 	case BIO_CTRL_FLUSH:
 		return 1;   /* the engine flushes once OpenSSL is done writing */
-	case BIO_CTRL_EOF: {
-		struct perch_tls *s = BIO_get_data(b);
+	case BIO_CTRL_EOF:
 		return s->cin_eof;
-	}
+	case BIO_CTRL_SET_KTLS:
+		return perch__tls_kernel_keys(s, num != 0, ptr);
+	case BIO_CTRL_GET_KTLS_SEND:
+		return s->ktls >= KTLS_KEYS;
+	case BIO_CTRL_SET_KTLS_TX_CTRL_MSG:
+		s->ktls_ctrl_type = (int)num;
+		s->ktls_ctrl_sent = 0;
+		return 1;
+	case BIO_CTRL_CLEAR_KTLS_TX_CTRL_MSG:
+		s->ktls_ctrl_type = -1;
+		return 1;
 	default:
 		return 0;
 	}

@@ -153,6 +153,7 @@ static void handshake(struct perch_tls *s)
 {
 	if (!s->timer_started) {
 		s->timer_started = true;
+		perch__tls_kernel_offer(s);
 		int rc = perch_timer_start(&s->timer, s->handshake_ms);
 		if (rc != 0)
 			perch__tls_fail(s, rc, "the handshake's deadline could not be set");

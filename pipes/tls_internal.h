@@ -2,8 +2,10 @@
 #ifndef PERCH_PIPES_TLS_INTERNAL_H
 #define PERCH_PIPES_TLS_INTERNAL_H
 
+#include <linux/tls.h>
 #include <openssl/ssl.h>
 #include <pthread.h>
+#include <sys/types.h>
 
 #include <perch/timer.h>
 #include <perch/tls.h>
@@ -26,6 +28,23 @@ struct perch_tls_ctx {
 
 /* Where the session is. */
 enum tls_state { TLS_HANDSHAKE, TLS_OPEN, TLS_FAILED };
+
+/* How far a session's records moved to the kernel (pipes/tls_kernel.c). */
+enum tls_ktls {
+	KTLS_OFF,       /* OpenSSL encrypts: the kernel was not offered the session */
+	KTLS_OFFERED,   /* the socket took TCP_ULP "tls"; OpenSSL may hand over its write keys */
+	KTLS_KEYS,      /* OpenSSL handed them: the switch waits for the records before them to leave */
+	KTLS_TX,        /* the kernel encrypts what the session writes */
+};
+
+/* The kernel's write keys, as OpenSSL hands them (linux/tls.h). */
+union tls_ktls_keys {
+	struct tls_crypto_info info;
+	struct tls12_crypto_info_aes_gcm_128 gcm128;
+	struct tls12_crypto_info_aes_gcm_256 gcm256;
+	struct tls12_crypto_info_aes_ccm_128 ccm128;
+	struct tls12_crypto_info_chacha20_poly1305 chacha;
+};
 
 /* What other threads ask of the engine (bits of `asks`). */
 #define TLS_ASK_CLOSE_NOTIFY 1u   /* the plaintext writer completed */
@@ -84,6 +103,12 @@ struct perch_tls {
 	struct perch_timer timer;
 	void (*after)(void *arg);        /* perch_tls_end's: once the last ciphertext flush ended */
 	void *after_arg;
+	enum tls_ktls ktls;
+	int ktls_ctrl_type;              /* the record type OpenSSL's next write is sent as, or -1: data */
+	size_t ktls_ctrl_sent;           /* of that write, what the kernel took */
+	union tls_ktls_keys ktls_keys;   /* held from the hand-over to the switch, then wiped */
+	unsigned ktls_keys_len;
+	struct perch_timer ktls_retry;   /* a control record the socket had no room for */
 	int path;
 	char path_why[96];               /* why the records take that path (perch_tls_path_reason) */
 	int error;
@@ -108,7 +133,32 @@ void perch__tls_kick(struct perch_tls *s);
 void perch__tls_kick_later(struct perch_tls *s);
 
 /* ---- pipes/tls_kernel.c (loop thread) ---- */
-/* After the handshake: the records' path (the loop's kTLS probe, once), and why. */
+/*
+ * What kernel TLS asks of the socket: TCP_ULP "tls", TLS_TX with the
+ * keys, a record of another type than data (a sendmsg with a
+ * TLS_SET_RECORD_TYPE cmsg). Each returns 0 (send_ctrl: the bytes
+ * taken) or a negative errno. A test plays the kernel through them.
+ */
+struct perch__tls_kernel_ops {
+	int (*ulp)(int fd);
+	int (*set_tx)(int fd, const void *keys, unsigned len);
+	ssize_t (*send_ctrl)(int fd, uint8_t type, const void *buf, size_t len);
+};
+/* Replaces the kernel's calls (NULL: the real ones). Before any loop asks; tests only. */
+void perch__tls_kernel_use(const struct perch__tls_kernel_ops *ops);
+/* Before the handshake: offers the session to the kernel (the loop's probe, once) or says why not. */
+void perch__tls_kernel_offer(struct perch_tls *s);
+/* OpenSSL hands over its keys (BIO_CTRL_SET_KTLS): 1 when the kernel will encrypt, else 0. */
+long perch__tls_kernel_keys(struct perch_tls *s, bool tx, const void *keys);
+/*
+ * OpenSSL writes bytes for the kernel to encrypt, once it handed its
+ * keys: 0 when they are data, for the ciphertext writer as before; len
+ * when they were a control record, sent; -EAGAIN when earlier bytes must
+ * leave first (the engine flushes them, or a timer retries: OpenSSL
+ * writes the same again); another negative errno failed the session.
+ */
+int perch__tls_kernel_write(struct perch_tls *s, const char *in, size_t len);
+/* After the handshake: the records' path, and why. */
 void perch__tls_choose_path(struct perch_tls *s);
 
 /* ---- pipes/tls_engine.c (loop thread) ---- */

@@ -127,7 +127,7 @@ static const struct perch__transport_ops tls_ops = {
 
 /* ---- handshake deadline ---- */
 
-/* The session's one timer: the handshake's deadline, then perch_tls_end's. */
+/* The session's first timer: the handshake's deadline, then perch_tls_end's. */
 static void handshake_late(struct perch_timer *t, void *arg)
 {
 	struct perch_tls *s = arg;
@@ -141,6 +141,14 @@ static void handshake_late(struct perch_timer *t, void *arg)
 	snprintf(why, sizeof(why), "the handshake took more than %u ms", s->handshake_ms);
 	perch__tls_fail(s, -ETIMEDOUT, why);
 	perch__tls_run(s);   /* the alert, if one is staged */
+}
+
+/* A control record for the kernel found no room in the socket: the engine writes it again. */
+static void ktls_retry_due(struct perch_timer *t, void *arg)
+{
+	struct perch_tls *s = arg;
+	if (!s->freed)
+		perch__tls_run(s);
 }
 
 /* ---- creating and freeing ---- */
@@ -240,11 +248,14 @@ int perch_tls_new(struct perch_tls_ctx *ctx, struct perch_loop *loop,
 	s->resume = s->pause / 2;
 	s->handshake_ms = o->handshake_ms ? o->handshake_ms : DEFAULT_HANDSHAKE_MS;
 	s->path = PERCH_TLS_PATH_USERSPACE;
+	s->ktls_ctrl_type = -1;
 	int rc = make_ssl(s, o);
 	if (rc == 0)
 		rc = make_plain(s);
 	if (rc == 0)
 		rc = perch_timer_init(&s->timer, loop, handshake_late, s);
+	if (rc == 0)
+		rc = perch_timer_init(&s->ktls_retry, loop, ktls_retry_due, s);
 	if (rc != 0) {
 		unmake(s);
 		return rc;
@@ -262,6 +273,8 @@ void perch_tls_free(struct perch_tls *t)
 	s->freed = true;
 	if (perch_timer_is_armed(&s->timer))
 		perch_timer_stop(&s->timer);
+	if (perch_timer_is_armed(&s->ktls_retry))
+		perch_timer_stop(&s->ktls_retry);
 	perch_pipe_reader_free(s->pr);
 	perch_pipe_writer_free(s->pw);
 	perch_conn_close(s->plain);

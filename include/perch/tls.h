@@ -160,15 +160,19 @@ PERCH_API bool perch_tls_established(const struct perch_tls *t);
  * How records move: the session's path once the handshake completed. A
  * loop asks the kernel once whether it takes TLS (TCP_ULP "tls" on a
  * loopback pair it makes for the question); a session over a socket
- * with a cipher the kernel takes (AES-GCM 128/256, ChaCha20-Poly1305)
- * is where kTLS would apply. This perch keeps every session in
- * userspace; perch_tls_path_reason says why, in one line ("the kernel
+ * offers it its records, and where OpenSSL hands over write keys of a
+ * cipher the kernel takes (AES-GCM 128/256, AES-CCM 128,
+ * ChaCha20-Poly1305), the kernel encrypts what the session sends
+ * (PERCH_TLS_PATH_KERNEL_TX) while OpenSSL still decrypts.
+ * perch_tls_path_reason says which and why, in one line ("kernel: the
+ * kernel encrypts (TLS_TX), OpenSSL decrypts", "userspace: the kernel
  * refused TCP_ULP \"tls\" (No such file or directory: no CONFIG_TLS)",
- * "the ciphertext is not a socket's", ...). NULL before the handshake.
+ * "userspace: the ciphertext is not a socket's", ...). NULL before the
+ * handshake. A kernel that refuses the keys fails the session.
  */
 #define PERCH_TLS_PATH_USERSPACE 0   /* OpenSSL encrypts and decrypts */
 #define PERCH_TLS_PATH_KERNEL_TX 1   /* the kernel encrypts (kTLS); OpenSSL decrypts */
-#define PERCH_TLS_PATH_KERNEL    2   /* the kernel does both */
+#define PERCH_TLS_PATH_KERNEL    2   /* the kernel does both (not taken yet: OpenSSL decrypts) */
 PERCH_API int perch_tls_path(const struct perch_tls *t);
 PERCH_API const char *perch_tls_path_reason(const struct perch_tls *t);
 
