@@ -245,6 +245,11 @@ void *perch_session_app(struct perch_session *s)
 	return s ? s->wk->srv->opts.app : NULL;
 }
 
+struct perch_tls *perch_session_tls(struct perch_session *s)
+{
+	return s ? s->tls : NULL;
+}
+
 struct perch_conn *perch_session_conn(struct perch_session *s)
 {
 	return s ? s->c : NULL;

@@ -145,7 +145,8 @@ static void ls_start(struct perch_session *s, struct perch_pipe_reader *r, struc
 {
 	struct line_sess *ls = perch_session_state(s);
 	*ls = (struct line_sess){ .s = s, .r = r, .w = w };
-	if (perch_session_reader(s) != r || perch_session_writer(s) != w || perch_session_app(s) != app)
+	if (perch_session_reader(s) != r || perch_session_writer(s) != w || perch_session_app(s) != app ||
+	    perch_session_tls(s) != NULL)
 		atomic_fetch_add(&accessors_wrong, 1);
 	int n = atomic_fetch_add(&started, 1);
 	if (n < 128)
@@ -422,7 +423,7 @@ static void a_stop_from_a_loop_thread_is_refused(void **state)
 	sem_destroy(&in.done);
 }
 
-/* A session says the reader, writer and app its start was given, its fini no pipes; a NULL one says NULL. */
+/* A session says the reader, writer and app its start was given (and no TLS), its fini no pipes; a NULL one says NULL. */
 static void a_session_says_its_pipes_and_its_app(void **state)
 {
 	static int app;
@@ -444,6 +445,7 @@ static void a_session_says_its_pipes_and_its_app(void **state)
 	assert_null(perch_session_reader(NULL));
 	assert_null(perch_session_writer(NULL));
 	assert_null(perch_session_app(NULL));
+	assert_null(perch_session_tls(NULL));
 }
 
 static void a_unix_socket_server_serves_and_stops(void **state)

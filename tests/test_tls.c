@@ -572,6 +572,20 @@ static void a_server_context_from_pem_in_memory_serves_a_handshake(void **state)
 
 /* ---- over TCP: perch's server scaffold with a TLS context, a perch client session ---- */
 
+/* The path the server's first TLS session said, from its loop's thread once it had bytes. */
+static char served_why[128];
+static int served_noted;
+
+static void note_served_path(struct perch_session *s)
+{
+	struct perch_tls *t = perch_session_tls(s);
+	if (__atomic_load_n(&served_noted, __ATOMIC_RELAXED))
+		return;
+	snprintf(served_why, sizeof(served_why), "%d %s", t ? perch_tls_path(t) : -1,
+		 t ? perch_tls_path_reason(t) : "no TLS session");
+	__atomic_store_n(&served_noted, 1, __ATOMIC_RELEASE);
+}
+
 /* Writes back what a plaintext reader reads; a server's session (s), or bare pipes. */
 struct echo {
 	struct perch_session *s;
@@ -606,6 +620,8 @@ static void echo_run(struct echo *e)
 		int rc = perch_pipe_read_or_wait(e->r, &r, echo_next, e);
 		if (rc == PERCH_PENDING)
 			return;
+		if (rc == 0 && r.len && e->s)
+			note_served_path(e->s);
 		if (rc == 0 && r.len) {
 			uint8_t *copy = malloc(r.len);
 			perch_segs_copy(&r, 0, copy, r.len);
@@ -668,6 +684,7 @@ static int kernel_takes_tls(void)
 
 static void a_tls_server_echoes_a_perch_client_over_tcp(void **state)
 {
+	__atomic_store_n(&served_noted, 0, __ATOMIC_RELAXED);
 	struct perch_tls_ctx *sctx = server_ctx("server", "http/1.1");
 	struct perch_server_opts so = {.start = echo_start, .state_size = sizeof(struct echo),
 				       .tls = sctx, .loop = {.backend = backend}};
@@ -696,6 +713,11 @@ static void a_tls_server_echoes_a_perch_client_over_tcp(void **state)
 			 ulp == 0 ? PERCH_TLS_PATH_KERNEL_TX : PERCH_TLS_PATH_USERSPACE);
 	if (ulp != 0 && !strstr(why, strerror(-ulp)))
 		fail_msg("the kernel refuses TLS (%s), yet: %s", strerror(-ulp), why);
+	/* The server's session, through perch_session_tls, says the same. */
+	assert_true(__atomic_load_n(&served_noted, __ATOMIC_ACQUIRE));
+	char want[128];
+	snprintf(want, sizeof(want), "%d %s", perch_tls_path(p->client), why);
+	assert_string_equal(served_why, want);
 	/* 4 MiB through it, in one flush. */
 	enum { BIG = 4 << 20 };
 	uint8_t *big = malloc(BIG), *back = malloc(BIG);

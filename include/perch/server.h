@@ -17,6 +17,7 @@ extern "C" {
 #endif
 
 struct perch_server;
+struct perch_tls;
 struct perch_tls_ctx;
 
 /*
@@ -170,6 +171,14 @@ PERCH_API struct perch_pipe_writer *perch_session_writer(struct perch_session *s
 
 /* The server's perch_server_opts.app, as its callbacks are given it. NULL for a NULL session. */
 PERCH_API void *perch_session_app(struct perch_session *s);
+
+/*
+ * The TLS session a server with perch_server_opts.tls runs the session
+ * over (perch/tls.h: its path, ALPN, version once the handshake
+ * completed), or NULL for a plain one, a NULL session, and in fini. The
+ * loop's thread, from start to fini.
+ */
+PERCH_API struct perch_tls *perch_session_tls(struct perch_session *s);
 
 /* The session's connection, for the calls pipes do not wrap (perch_conn_shutdown, its address). */
 PERCH_API struct perch_conn *perch_session_conn(struct perch_session *s);
