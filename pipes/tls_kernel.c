@@ -23,7 +23,9 @@
 #define SOL_TLS 282  /* linux/socket.h */
 #endif
 
-#define CTRL_RETRY_MS 2u   /* a control record the socket had no room for is tried again after this */
+/* A control record the socket had no room for is tried again after 2 ms, then twice as long, up to 256 ms. */
+#define CTRL_RETRY_FIRST_MS 2u
+#define CTRL_RETRY_MOST_MS 256u
 
 /* ---- the kernel's calls (a test replaces them) ---- */
 
@@ -102,21 +104,6 @@ static int loop_has_ktls(struct perch_loop *loop, bool *asked)
 	if (*asked)
 		loop->tls_kernel = rc;
 	return rc;
-}
-
-/* A cipher the kernel's TLS takes (linux/tls.h): AES-GCM 128/256, ChaCha20-Poly1305. */
-static bool kernel_cipher(const char *name)
-{
-	static const char *const taken[] = {
-		"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256",
-		"ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-GCM-SHA384",
-		"ECDHE-RSA-AES128-GCM-SHA256", "ECDHE-RSA-AES256-GCM-SHA384",
-		"ECDHE-ECDSA-CHACHA20-POLY1305", "ECDHE-RSA-CHACHA20-POLY1305",
-	};
-	for (size_t i = 0; name && i < sizeof(taken) / sizeof(taken[0]); i++)
-		if (strcmp(name, taken[i]) == 0)
-			return true;
-	return false;
 }
 
 /* Says why the session's records stay in userspace. */
@@ -202,6 +189,14 @@ static int switch_tx(struct perch_tls *s)
 	return 0;
 }
 
+/* Arms the retry of a control record, each wait twice the last one's: a peer that stopped reading costs little. */
+static int retry_later(struct perch_tls *s)
+{
+	unsigned ms = s->ktls_retry_ms ? 2 * s->ktls_retry_ms : CTRL_RETRY_FIRST_MS;
+	s->ktls_retry_ms = ms < CTRL_RETRY_MOST_MS ? ms : CTRL_RETRY_MOST_MS;
+	return perch_timer_start(&s->ktls_retry, s->ktls_retry_ms);
+}
+
 /* A record of another type than data: a sendmsg of its own, which the kernel makes one record. */
 static int send_ctrl(struct perch_tls *s, const char *in, size_t len)
 {
@@ -212,8 +207,7 @@ static int send_ctrl(struct perch_tls *s, const char *in, size_t len)
 						       len - s->ktls_ctrl_sent);
 		if (n == -EAGAIN || n == -EWOULDBLOCK || n == 0) {
 			/* No room in the socket, and no completion to wait for: try again shortly. */
-			int rc = perch_timer_is_armed(&s->ktls_retry) ? 0
-				 : perch_timer_start(&s->ktls_retry, CTRL_RETRY_MS);
+			int rc = perch_timer_is_armed(&s->ktls_retry) ? 0 : retry_later(s);
 			return rc != 0 ? rc : -EAGAIN;
 		}
 		if (n < 0)
@@ -222,6 +216,7 @@ static int send_ctrl(struct perch_tls *s, const char *in, size_t len)
 	}
 	s->ktls_ctrl_type = -1;
 	s->ktls_ctrl_sent = 0;
+	s->ktls_retry_ms = 0;
 	return (int)len;
 }
 
@@ -254,9 +249,8 @@ void perch__tls_choose_path(struct perch_tls *s)
 	}
 	if (s->ktls == KTLS_OFF)
 		return;   /* the offer said why */
+	/* OpenSSL hands over only keys of a cipher it knows the kernel takes, and only when built with kTLS. */
 	const char *cipher = SSL_get_cipher_name(s->ssl);
-	if (!kernel_cipher(cipher))
-		USERSPACE(s, "the kernel does not take %s", cipher ? cipher : "this cipher");
-	else
-		USERSPACE(s, "OpenSSL kept the keys of %s", cipher);
+	USERSPACE(s, "OpenSSL kept the keys of %s (a cipher the kernel does not take, or no kTLS in OpenSSL)",
+		  cipher ? cipher : "its cipher");
 }

@@ -279,6 +279,7 @@ struct client {
 	int fd;
 	bool tls12, aes256, key_update;
 	bool far_serves;   /* the far end is the TLS server, perch the client */
+	const char *cipher12;   /* a TLS 1.2 cipher to ask for instead */
 	/* what it found */
 	bool connected, got_hello, got_big, got_close_notify, has_ticket;
 	char why[256];
@@ -321,7 +322,9 @@ static void *client_run(void *arg)
 	}
 	if (c->tls12) {
 		SSL_CTX_set_max_proto_version(ctx, TLS1_2_VERSION);
-		SSL_CTX_set_cipher_list(ctx, c->aes256 ? "ECDHE-ECDSA-AES256-GCM-SHA384" : "ECDHE-ECDSA-AES128-GCM-SHA256");
+		SSL_CTX_set_cipher_list(ctx, c->cipher12	? c->cipher12
+					     : c->aes256 ? "ECDHE-ECDSA-AES256-GCM-SHA384"
+							 : "ECDHE-ECDSA-AES128-GCM-SHA256");
 	} else {
 		SSL_CTX_set_ciphersuites(ctx, c->aes256 ? "TLS_AES_256_GCM_SHA384" : "TLS_AES_128_GCM_SHA256");
 	}
@@ -685,26 +688,38 @@ static void a_key_update_the_peer_asks_for_fails_the_session_saying_why(void **s
 	assert_false(c.got_big);
 }
 
-static void a_socket_refusing_the_ulp_stays_in_userspace(void **state)
+/* A session the kernel does not get: it stays in userspace saying `why`, and carries everything. */
+static void stays_in_userspace(struct client *c, int ulp_answer, const char *why)
 {
-	struct client c = {0};
 	struct side s = {0};
-	the_client = &c;
-	k.ulp_answer = -EOPNOTSUPP;
-	k.set_tx_answer = 0;
-	k.ctrl_eagain = k.ctrl_partial = 0;
-	side_start(&s, &c);
+	the_client = c;
+	k.ulp_answer = ulp_answer;
+	k.set_tx_answer = k.ctrl_eagain = k.ctrl_partial = 0;
+	side_start(&s, c);
 	assert_true(perch_tls_established(s.tls));
 	assert_int_equal(perch_tls_path(s.tls), PERCH_TLS_PATH_USERSPACE);
-	assert_string_equal(perch_tls_path_reason(s.tls),
-			    "userspace: this socket refused TCP_ULP \"tls\" (Operation not supported)");
+	assert_string_equal(perch_tls_path_reason(s.tls), why);
 	assert_int_equal(write_flush(&s, "hello from perch", 16), 0);
 	expect_read(&s, "and from the client");
 	send_big_then_end(&s);
-	if (!c.got_big || !c.got_close_notify)
-		fail_msg("the client: %s", c.why);
+	if (!c->got_big || !c->got_close_notify)
+		fail_msg("the client: %s", c->why);
 	assert_int_equal(k.set_tx_calls, 0);
 	assert_int_equal(k.nctrl, 0);
+}
+
+static void a_socket_refusing_the_ulp_stays_in_userspace(void **state)
+{
+	struct client c = {0};
+	stays_in_userspace(&c, -EOPNOTSUPP, "userspace: this socket refused TCP_ULP \"tls\" (Operation not supported)");
+}
+
+static void a_cipher_the_kernel_does_not_take_stays_in_userspace(void **state)
+{
+	struct client c = {.tls12 = true, .cipher12 = "ECDHE-ECDSA-AES128-SHA256"};
+	stays_in_userspace(&c, 0,
+			   "userspace: OpenSSL kept the keys of ECDHE-ECDSA-AES128-SHA256 (a cipher the kernel "
+			   "does not take, or no kTLS in OpenSSL)");
 }
 
 static void keys_the_kernel_refuses_fail_the_session_saying_why(void **state)
@@ -759,13 +774,14 @@ int main(void)
 	const struct CMUnitTest played[] = {
 		SESSION_TESTS,
 		cmocka_unit_test(a_socket_refusing_the_ulp_stays_in_userspace),
+		cmocka_unit_test(a_cipher_the_kernel_does_not_take_stays_in_userspace),
 		cmocka_unit_test(keys_the_kernel_refuses_fail_the_session_saying_why),
 	};
 	int rc = real ? kernel_takes_tls() : 0;
 	if (rc != 0) {
 		printf("SKIP: the kernel refuses TCP_ULP \"tls\" (%s%s): the kernel's own TLS cannot run "
 		       "here; test_tls_kernel_played hands the keys to a kernel it plays\n",
-		       strerror(-rc), rc == -ENOENT ? ": built without CONFIG_TLS" : "");
+		       strerror(-rc), rc == -ENOENT ? ": no CONFIG_TLS" : "");
 		return 77;
 	}
 	make_certs();
