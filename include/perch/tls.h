@@ -129,7 +129,9 @@ PERCH_API struct perch_pipe_writer *perch_tls_writer(struct perch_tls *t);
  * then complete the plaintext writer (close_notify follows what was
  * flushed). On the loop's thread, or any thread while the loop is not
  * running; while the loop still turns (a kick it posted holds the
- * session until it runs). NULL is ignored.
+ * session until it runs). NULL is ignored. On the kernel's path
+ * (perch_tls_path), a control record still waiting for room in the
+ * socket (a close_notify to a peer that stopped reading) is dropped.
  */
 PERCH_API void perch_tls_free(struct perch_tls *t);
 
@@ -143,7 +145,9 @@ PERCH_API void perch_tls_free(struct perch_tls *t);
  * PERCH_TLS_END_MS later at most: close the connection in after(), so
  * that the close comes after close_notify, not over it (a close cancels
  * an io_uring send in flight). after(arg) may run inside this call. Loop
- * thread. NULL is ignored (after is not called).
+ * thread. NULL is ignored (after is not called). On the kernel's path a
+ * control record is sent by a sendmsg of its own, not a flush: one still
+ * waiting for room is dropped, as perch_tls_free says.
  */
 PERCH_API void perch_tls_end(struct perch_tls *t, void (*after)(void *arg), void *arg);
 
@@ -156,23 +160,27 @@ PERCH_API bool perch_tls_resumed(const struct perch_tls *t);
 /* Whether the handshake completed. */
 PERCH_API bool perch_tls_established(const struct perch_tls *t);
 
-/*
- * How records move: the session's path once the handshake completed. A
- * loop asks the kernel once whether it takes TLS (TCP_ULP "tls" on a
- * loopback pair it makes for the question); a session over a socket
- * offers it its records, and where OpenSSL hands over write keys of a
- * cipher the kernel takes (AES-GCM 128/256, AES-CCM 128,
- * ChaCha20-Poly1305), the kernel encrypts what the session sends
- * (PERCH_TLS_PATH_KERNEL_TX) while OpenSSL still decrypts.
- * perch_tls_path_reason says which and why, in one line ("kernel: the
- * kernel encrypts (TLS_TX), OpenSSL decrypts", "userspace: the kernel
- * refused TCP_ULP \"tls\" (No such file or directory: no CONFIG_TLS)",
- * "userspace: the ciphertext is not a socket's", ...). NULL before the
- * handshake. A kernel that refuses the keys fails the session.
- */
 #define PERCH_TLS_PATH_USERSPACE 0   /* OpenSSL encrypts and decrypts */
 #define PERCH_TLS_PATH_KERNEL_TX 1   /* the kernel encrypts (kTLS); OpenSSL decrypts */
 #define PERCH_TLS_PATH_KERNEL    2   /* the kernel does both (not taken yet: OpenSSL decrypts) */
+
+/*
+ * How records move: the session's path (PERCH_TLS_PATH_*) once the
+ * handshake completed, and why, in one line. A loop asks the kernel once
+ * whether it takes TLS (TCP_ULP "tls" on a loopback pair it makes for the
+ * question); a session over a socket offers it its records, and where
+ * OpenSSL hands over write keys of a cipher the kernel takes (AES-GCM
+ * 128/256, AES-CCM 128, ChaCha20-Poly1305), the path is
+ * PERCH_TLS_PATH_KERNEL_TX: the kernel gets the keys before the session's
+ * next byte leaves and encrypts all it sends, while OpenSSL still
+ * decrypts. A kernel that refuses the keys then fails the session
+ * (perch_tls_error). The reason reads "kernel: the kernel encrypts
+ * (TLS_TX), OpenSSL decrypts", or "userspace: " and why not ("the kernel
+ * refused TCP_ULP \"tls\" (No such file or directory: no CONFIG_TLS)",
+ * "the ciphertext is not a socket's", ...: doc/tls.md lists them).
+ * Before the handshake completed, and for NULL: PERCH_TLS_PATH_USERSPACE
+ * and a NULL reason. Loop thread, or once the handshake completed.
+ */
 PERCH_API int perch_tls_path(const struct perch_tls *t);
 PERCH_API const char *perch_tls_path_reason(const struct perch_tls *t);
 
