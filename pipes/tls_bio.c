@@ -127,8 +127,8 @@ static long bio_ctrl(BIO *b, int cmd, long num, void *ptr)
 	case BIO_CTRL_GET_KTLS_SEND:
 		return s->ktls >= KTLS_KEYS;
 	case BIO_CTRL_SET_KTLS_TX_CTRL_MSG:
+		/* Again before each retry of the same record: what the kernel took of it stays counted. */
 		s->ktls_ctrl_type = (int)num;
-		s->ktls_ctrl_sent = 0;
 		return 1;
 	case BIO_CTRL_CLEAR_KTLS_TX_CTRL_MSG:
 		s->ktls_ctrl_type = -1;

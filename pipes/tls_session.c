@@ -286,6 +286,7 @@ void perch_tls_free(struct perch_tls *t)
 		SSL_set_shutdown(s->ssl, SSL_SENT_SHUTDOWN);
 	SSL_free(s->ssl);
 	s->ssl = NULL;
+	OPENSSL_cleanse(&s->ktls_keys, sizeof(s->ktls_keys));   /* handed over, and never switched to */
 	perch_tls_ctx_free(s->sni_ctx);
 	perch_tls_ctx_free(s->ctx);
 	perch__conn_unref(s->plain);

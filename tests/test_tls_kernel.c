@@ -99,6 +99,12 @@ static int fake_set_tx(int fd, const void *keys, unsigned len)
 	return 0;
 }
 
+/*
+ * Each send is a record of what it took: Linux closes a record written in
+ * part when the next TLS_SET_RECORD_TYPE send comes, so the rest goes as
+ * a record of its own (legal for handshake messages; a 2-byte alert is
+ * taken whole or not at all). A part taken is followed by no room.
+ */
 static ssize_t fake_send_ctrl(int fd, uint8_t type, const void *buf, size_t len)
 {
 	if (fd != k.perch_fd || k.switch_at == UINT64_MAX || len > sizeof(k.ctrls[0].bytes))
@@ -107,28 +113,19 @@ static ssize_t fake_send_ctrl(int fd, uint8_t type, const void *buf, size_t len)
 		k.ctrl_eagain--;
 		return -EAGAIN;
 	}
-	/* A record is closed when a send was taken whole; a part taken leaves it open for the rest. */
-	static struct ctrl open_rec;
 	size_t take = len;
-	if (k.ctrl_partial && len > 1) {
+	if (k.ctrl_partial && len > 2) {
 		k.ctrl_partial--;
+		k.ctrl_eagain = 1;
 		take = len / 2;
 	}
-	if (open_rec.len == 0)
-		open_rec.type = type;
-	if (open_rec.type != type || open_rec.len + take > sizeof(open_rec.bytes))
-		return -EINVAL;
-	memcpy(open_rec.bytes + open_rec.len, buf, take);
-	open_rec.len += take;
-	if (take < len)
-		return (ssize_t)take;
 	pthread_mutex_lock(&k.lock);
 	assert_true(k.nctrl < MAX_CTRL);
-	open_rec.at = k.read_count + inq(k.relay_fd);
-	k.ctrls[k.nctrl++] = open_rec;
+	struct ctrl *c = &k.ctrls[k.nctrl++];
+	*c = (struct ctrl){.at = k.read_count + inq(k.relay_fd), .type = type, .len = take};
+	memcpy(c->bytes, buf, take);
 	pthread_mutex_unlock(&k.lock);
-	open_rec.len = 0;
-	return (ssize_t)len;
+	return (ssize_t)take;
 }
 
 static const struct perch__tls_kernel_ops fake_ops = {
@@ -422,6 +419,34 @@ static bool settled(struct side *s)
 	return perch_tls_established(s->tls) || perch_tls_error(s->tls, NULL, 0) != 0;
 }
 
+/*
+ * When set, the hello is written at the first turn's end that finds the
+ * keys handed over while the records before them are still in flight (on
+ * io_uring a flush's send is submitted at the next turn's enter): the
+ * engine runs inside that write and OpenSSL writes again what waited.
+ */
+static bool poke_in_flight, poked;
+
+static void poke(struct side *s)
+{
+	if (!poke_in_flight || poked || s->tls->ktls != KTLS_KEYS || !s->tls->cout_flushing)
+		return;
+	poked = true;
+	assert_int_equal(perch_pipe_write(perch_tls_writer(s->tls), "hello from perch", 16), 0);
+	s->early_rc = perch_pipe_flush(perch_tls_writer(s->tls), &s->early);
+}
+
+/* Turns the loop until the handshake completed or failed (10 s at most), poking as told. */
+static bool settle(struct side *s)
+{
+	double end = now_ms() + 10000;
+	while (!settled(s) && now_ms() < end) {
+		perch_loop_run_once(s->loop, 2);
+		poke(s);
+	}
+	return settled(s);
+}
+
 /* A connected loopback TCP pair: *perch_end for perch, *far_end for the client. */
 static void tcp_pair(int *perch_end, int *far_end)
 {
@@ -470,6 +495,7 @@ static void side_start(struct side *s, struct client *c)
 		played_pairs(&perch_end, &s->client_end);
 	struct perch_loop_opts lo = {.backend = backend};
 	assert_int_equal(perch_loop_new(&lo, &s->loop), 0);
+	poked = false;
 	char why[256];
 	struct perch_tls_ctx_opts o = {.role = PERCH_TLS_SERVER, .cert_file = cert("server.pem"),
 				       .key_file = cert("server.key")};
@@ -494,7 +520,7 @@ static void side_start(struct side *s, struct client *c)
 		assert_int_equal(pthread_create(&s->relay[1], NULL, relay_to_perch, NULL), 0);
 	}
 	assert_int_equal(pthread_create(&s->client, NULL, client_run, c), 0);
-	assert_true(turn_until(s, settled));
+	assert_true(settle(s));
 }
 
 static struct client *the_client;
@@ -602,14 +628,15 @@ static void run_session(struct client *c, int eagain, int partial)
 		fail_msg("handshake: perch says \"%s\", the client \"%s\"", why, c->why);
 	assert_int_equal(perch_tls_path(s.tls), PERCH_TLS_PATH_KERNEL_TX);
 	assert_non_null(strstr(perch_tls_path_reason(s.tls), "kernel: the kernel encrypts"));
-	if (!c->far_serves)
+	bool early = c->far_serves || poked;   /* the hello was written before the handshake completed */
+	if (!early)
 		assert_int_equal(write_flush(&s, "hello from perch", 16), 0);
 	expect_read(&s, "and from the client");
-	if (c->far_serves && s.early_rc == PERCH_PENDING) {
+	if (early && s.early_rc == PERCH_PENDING) {
 		int64_t result = -1;
 		assert_int_equal(perch_vtask_result(s.early, &result), 0);
 		assert_int_equal(result, 0);
-	} else if (c->far_serves) {
+	} else if (early) {
 		assert_int_equal(s.early_rc, 0);
 	}
 	send_big_then_end(&s);
@@ -652,7 +679,17 @@ static void tls12_finished_follows_the_switch_as_a_control_record(void **state)
 static void tls12_aes256_control_records_taken_in_parts_are_whole(void **state)
 {
 	struct client c = {.tls12 = true, .aes256 = true};
-	run_session(&c, 1, 2);
+	run_session(&c, 0, 1);
+}
+
+static void tls12_the_switch_waits_for_records_still_in_flight(void **state)
+{
+	struct client c = {.tls12 = true};
+	poke_in_flight = true;
+	run_session(&c, 0, 0);
+	poke_in_flight = false;
+	/* io_uring always leaves the window open a turn; epoll's flush may complete at once. */
+	assert_true(poked || backend == PERCH_BACKEND_EPOLL);
 }
 
 static void tls13_client_data_written_early_follows_its_finished(void **state)
@@ -763,6 +800,7 @@ static int kernel_takes_tls(void)
 	cmocka_unit_test(tls13_aes256_control_records_wait_for_room),                      \
 	cmocka_unit_test(tls12_finished_follows_the_switch_as_a_control_record),           \
 	cmocka_unit_test(tls12_aes256_control_records_taken_in_parts_are_whole),           \
+	cmocka_unit_test(tls12_the_switch_waits_for_records_still_in_flight),              \
 	cmocka_unit_test(tls13_client_data_written_early_follows_its_finished),            \
 	cmocka_unit_test(tls12_client_data_written_early_follows_its_finished),            \
 	cmocka_unit_test(a_key_update_the_peer_asks_for_fails_the_session_saying_why)
