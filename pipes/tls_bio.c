@@ -132,6 +132,7 @@ static long bio_ctrl(BIO *b, int cmd, long num, void *ptr)
 		return 1;
 	case BIO_CTRL_CLEAR_KTLS_TX_CTRL_MSG:
 		s->ktls_ctrl_type = -1;
+		s->ktls_ctrl_sent = 0;
 		return 1;
 	default:
 		return 0;

@@ -201,6 +201,7 @@ static int retry_later(struct perch_tls *s)
 static int send_ctrl(struct perch_tls *s, const char *in, size_t len)
 {
 	int fd = perch_conn_fd(s->cw->c);
+	PERCH_ASSERT(s->ktls_ctrl_sent < len);   /* a retry offers the same record again, whole */
 	while (s->ktls_ctrl_sent < len) {
 		ssize_t n = fd < 0 ? -EBADF
 				   : kernel->send_ctrl(fd, (uint8_t)s->ktls_ctrl_type, in + s->ktls_ctrl_sent,
@@ -210,8 +211,10 @@ static int send_ctrl(struct perch_tls *s, const char *in, size_t len)
 			int rc = perch_timer_is_armed(&s->ktls_retry) ? 0 : retry_later(s);
 			return rc != 0 ? rc : -EAGAIN;
 		}
-		if (n < 0)
+		if (n < 0) {
+			s->ktls_ctrl_sent = 0;   /* the session fails: no retry of this record */
 			return (int)n;
+		}
 		s->ktls_ctrl_sent += (size_t)n;
 	}
 	s->ktls_ctrl_type = -1;

@@ -277,6 +277,7 @@ struct client {
 	bool tls12, aes256, key_update;
 	bool far_serves;   /* the far end is the TLS server, perch the client */
 	const char *cipher12;   /* a TLS 1.2 cipher to ask for instead */
+	bool poke;              /* perch's hello is written while records are in flight (poke) */
 	/* what it found */
 	bool connected, got_hello, got_big, got_close_notify, has_ticket;
 	char why[256];
@@ -420,16 +421,18 @@ static bool settled(struct side *s)
 }
 
 /*
- * When set, the hello is written at the first turn's end that finds the
- * keys handed over while the records before them are still in flight (on
- * io_uring a flush's send is submitted at the next turn's enter): the
- * engine runs inside that write and OpenSSL writes again what waited.
+ * When the client says so, the hello is written at the first turn's end
+ * that finds the keys handed over while the records before them are still
+ * in flight (on io_uring a flush's send is submitted at the next turn's
+ * enter). The write posts a kick, which runs the engine at the next
+ * turn's start, before that enter: OpenSSL writes again what waited.
  */
-static bool poke_in_flight, poked;
+static struct client *the_client;   /* the far end of the session being run */
+static bool poked;
 
 static void poke(struct side *s)
 {
-	if (!poke_in_flight || poked || s->tls->ktls != KTLS_KEYS || !s->tls->cout_flushing)
+	if (!the_client->poke || poked || s->tls->ktls != KTLS_KEYS || !s->tls->cout_flushing)
 		return;
 	poked = true;
 	assert_int_equal(perch_pipe_write(perch_tls_writer(s->tls), "hello from perch", 16), 0);
@@ -522,8 +525,6 @@ static void side_start(struct side *s, struct client *c)
 	assert_int_equal(pthread_create(&s->client, NULL, client_run, c), 0);
 	assert_true(settle(s));
 }
-
-static struct client *the_client;
 
 static bool client_done(struct side *s)
 {
@@ -684,10 +685,8 @@ static void tls12_aes256_control_records_taken_in_parts_are_whole(void **state)
 
 static void tls12_the_switch_waits_for_records_still_in_flight(void **state)
 {
-	struct client c = {.tls12 = true};
-	poke_in_flight = true;
+	struct client c = {.tls12 = true, .poke = true};
 	run_session(&c, 0, 0);
-	poke_in_flight = false;
 	/* io_uring always leaves the window open a turn; epoll's flush may complete at once. */
 	assert_true(poked || backend == PERCH_BACKEND_EPOLL);
 }
