@@ -81,7 +81,8 @@ perch servers are command lines with {port} (a server whose program is missing i
   PERCH_ECHO_SINGLESHOT default: PERCH_ECHO --backend uring --recv singleshot
   PERCH_ECHO_EPOLL      default: PERCH_ECHO --backend epoll
   PERCH_ECHO_UNIX       default: BUILD/examples/echo/echo --listen unix:{unix} ({unix}: a path in the temp dir)
-  PERCH_ECHO_VS, PERCH_HTTPD_VS, PERCH_RESP_VS: "NAME|COMMAND" adds a server right after perch
+  PERCH_ECHO_VS, PERCH_HTTPD_VS, PERCH_RESP_VS, PERCH_HTTPS_VS, PERCH_RESP_TLS_VS: "NAME|COMMAND"
+                        adds a server right after perch
                         in its group (another build of perch, say), in the same interleaved rounds
 
 It installs nothing. The Debian packages it uses: wrk nginx-light libnginx-mod-stream
@@ -294,13 +295,13 @@ scenario_https() {
 	local servers t
 	have wrk || { echo "== https: skipped, wrk is not installed"; return; }
 	tls_certs
-	servers=$(pick "perch|$PERCH_HTTPS" "nginx|$NGINX_TLS")
+	servers=$(pick "perch|$PERCH_HTTPS" ${PERCH_HTTPS_VS:+"$PERCH_HTTPS_VS"} "nginx|$NGINX_TLS")
 	echo "== https: GET /plaintext over TLS; keep-alive (wrk -c $HTTP_CONNS), a full handshake a request and a resumed one (openssl s_time -tls1_2)"
 	rounds "$ROUNDS" https keepalive client_https <<<"$servers"
 	rounds "$ROUNDS" https handshake-full client_handshakes new <<<"$servers"
 	rounds "$ROUNDS" https handshake-resumed client_handshakes reuse <<<"$servers"
 	have redis-benchmark || { echo "== resp over TLS: skipped, redis-benchmark is not installed"; return; }
-	servers=$(pick "perch|$PERCH_RESP_TLS" "redis|$REDIS_TLS")
+	servers=$(pick "perch|$PERCH_RESP_TLS" ${PERCH_RESP_TLS_VS:+"$PERCH_RESP_TLS_VS"} "redis|$REDIS_TLS")
 	echo "== resp over TLS: redis-benchmark --tls -c 50 -P 1, tests: $RESP_TESTS"
 	for t in $RESP_TESTS; do
 		rounds "$ROUNDS" resp-tls "$t" client_resp_tls "$t" <<<"$servers"
