@@ -47,6 +47,17 @@ void perch__tls_fail(struct perch_tls *s, int err, const char *why)
 		perch_timer_stop(&s->timer);
 }
 
+/*
+ * Before an OpenSSL call: its error queue must be empty for SSL_get_error
+ * to judge the call. Looking is cheaper than clearing every slot, and the
+ * queue is nearly always empty (a failure's reason is taken and cleared).
+ */
+static void clear_errors(void)
+{
+	if (ERR_peek_error() != 0)
+		ERR_clear_error();
+}
+
 /* Why the last OpenSSL call failed (not a retry): the session's failure. */
 static void fail_from_ssl(struct perch_tls *s, int ssl_error)
 {
@@ -161,7 +172,7 @@ static void handshake(struct perch_tls *s)
 	if (s->state != TLS_HANDSHAKE)
 		return;
 	s->want_input = false;
-	ERR_clear_error();
+	clear_errors();
 	int r = SSL_do_handshake(s->ssl);
 	if (r == 1) {
 		established(s);
@@ -184,7 +195,7 @@ static void encrypt(struct perch_tls *s)
 		}
 		size_t n;
 		s->want_input = false;
-		ERR_clear_error();
+		clear_errors();
 		if (SSL_write_ex(s->ssl, b->bytes + s->tx_off, b->len - s->tx_off, &n) == 1) {
 			s->tx_off += n;
 			continue;
@@ -255,7 +266,7 @@ static bool decrypt_one(struct perch_tls *s)
 	}
 	size_t n;
 	s->want_input = false;
-	ERR_clear_error();
+	clear_errors();
 	if (SSL_read_ex(s->ssl, (uint8_t *)(into + 1), RECORD_BYTES, &n) != 1) {
 		int e = SSL_get_error(s->ssl, 0);
 		if (e == SSL_ERROR_ZERO_RETURN) {
@@ -306,7 +317,7 @@ static void send_close_notify(struct perch_tls *s)
 	if (!s->close_notify_wanted || s->close_notify_sent || s->tx || s->cout_flushing ||
 	    s->state != TLS_OPEN)
 		return;
-	ERR_clear_error();
+	clear_errors();
 	int r = SSL_shutdown(s->ssl);
 	if (r >= 0) {
 		s->close_notify_sent = true;

@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <perch.h>
 #include <perch/tls.h>
 
@@ -211,6 +213,28 @@ static void a_handshake_agrees_alpn_and_carries_bytes_both_ways(void **state)
 	assert_reads(p, p->client, "pong!");
 	char why[64];
 	assert_int_equal(perch_tls_error(p->client, why, sizeof(why)), 0);
+	pair_free(p);
+}
+
+/* The loop thread's OpenSSL error queue is shared with whatever else runs there. */
+static bool established_over_stale_errors(void *arg)
+{
+	ERR_raise(ERR_LIB_SSL, SSL_R_BAD_LENGTH);   /* as a caller's own failed OpenSSL call leaves it */
+	return both_established(arg);
+}
+
+static void an_error_left_on_the_threads_queue_fails_no_session(void **state)
+{
+	struct pair *p = pair_new("server", "ca.pem", "localhost");
+	assert_true(turn_until(p->loop, established_over_stale_errors, p));
+	ERR_raise(ERR_LIB_SSL, SSL_R_BAD_LENGTH);
+	assert_int_equal(write_flush(p, p->client, "ping", 4), 0);
+	ERR_raise(ERR_LIB_SSL, SSL_R_BAD_LENGTH);
+	assert_reads(p, p->server, "ping");
+	char why[64];
+	assert_int_equal(perch_tls_error(p->server, why, sizeof(why)), 0);
+	assert_int_equal(perch_tls_error(p->client, why, sizeof(why)), 0);
+	ERR_clear_error();
 	pair_free(p);
 }
 
@@ -920,6 +944,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(a_handshake_agrees_alpn_and_carries_bytes_both_ways),
+		cmocka_unit_test(an_error_left_on_the_threads_queue_fails_no_session),
 		cmocka_unit_test(bytes_written_before_the_handshake_leave_after_it),
 		cmocka_unit_test(a_mebibyte_each_way_arrives_whole_and_in_order),
 		cmocka_unit_test(close_notify_is_the_readers_clean_end),
