@@ -114,14 +114,10 @@ static int bio_write(BIO *b, const char *in, int len)
 	return len;
 }
 
-static long bio_ctrl(BIO *b, int cmd, long num, void *ptr)
+/* The controls OpenSSL sends about kernel TLS, on the session `s`. */
+static long ktls_ctrl(struct perch_tls *s, int cmd, long num, void *ptr)
 {
-	struct perch_tls *s = BIO_get_data(b);
 	switch (cmd) {
-	case BIO_CTRL_FLUSH:
-		return 1;   /* the engine flushes once OpenSSL is done writing */
-	case BIO_CTRL_EOF:
-		return s->cin_eof;
 	case BIO_CTRL_SET_KTLS:
 		return perch__tls_kernel_keys(s, num != 0, ptr);
 	case BIO_CTRL_GET_KTLS_SEND:
@@ -130,10 +126,26 @@ static long bio_ctrl(BIO *b, int cmd, long num, void *ptr)
 		/* Again before each retry of the same record: what the kernel took of it stays counted. */
 		s->ktls_ctrl_type = (int)num;
 		return 1;
-	case BIO_CTRL_CLEAR_KTLS_TX_CTRL_MSG:
+	default: /* BIO_CTRL_CLEAR_KTLS_TX_CTRL_MSG */
 		s->ktls_ctrl_type = -1;
 		s->ktls_ctrl_sent = 0;
 		return 1;
+	}
+}
+
+/* OpenSSL asks several of these a record: the session is looked up only by those that need it. */
+static long bio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+	switch (cmd) {
+	case BIO_CTRL_FLUSH:
+		return 1;   /* the engine flushes once OpenSSL is done writing */
+	case BIO_CTRL_EOF:
+		return ((struct perch_tls *)BIO_get_data(b))->cin_eof;
+	case BIO_CTRL_SET_KTLS:
+	case BIO_CTRL_GET_KTLS_SEND:
+	case BIO_CTRL_SET_KTLS_TX_CTRL_MSG:
+	case BIO_CTRL_CLEAR_KTLS_TX_CTRL_MSG:
+		return ktls_ctrl(BIO_get_data(b), cmd, num, ptr);
 	default:
 		return 0;
 	}
