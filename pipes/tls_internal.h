@@ -107,11 +107,10 @@ struct perch_tls {
 	int ktls_ctrl_type;              /* the record type OpenSSL's next write is sent as, or -1: data */
 	size_t ktls_ctrl_sent;           /* of that write, what the kernel took */
 	union tls_ktls_keys ktls_keys;   /* held from the hand-over to the switch, then wiped */
-	unsigned ktls_keys_len;
 	struct perch_timer ktls_retry;   /* a control record the socket had no room for */
 	unsigned ktls_retry_ms;          /* its last wait (0: none since the last record sent) */
 	int path;
-	char path_why[160];               /* why the records take that path (perch_tls_path_reason) */
+	char path_why[160];              /* why the records take that path (perch_tls_path_reason) */
 	int error;
 	char reason[200];
 };

@@ -168,7 +168,6 @@ long perch__tls_kernel_keys(struct perch_tls *s, bool tx, const void *keys)
 	if (len == 0)
 		return 0;   /* OpenSSL keeps encrypting */
 	memcpy(&s->ktls_keys, keys, len);
-	s->ktls_keys_len = len;
 	s->ktls = KTLS_KEYS;
 	return 1;
 }
@@ -177,7 +176,7 @@ long perch__tls_kernel_keys(struct perch_tls *s, bool tx, const void *keys)
 static int switch_tx(struct perch_tls *s)
 {
 	int fd = perch_conn_fd(s->cw->c);
-	int rc = fd < 0 ? -EBADF : kernel->set_tx(fd, &s->ktls_keys, s->ktls_keys_len);
+	int rc = fd < 0 ? -EBADF : kernel->set_tx(fd, &s->ktls_keys, keys_len(&s->ktls_keys.info));
 	OPENSSL_cleanse(&s->ktls_keys, sizeof(s->ktls_keys));
 	if (rc != 0) {
 		char why[96];
