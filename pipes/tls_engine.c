@@ -2,7 +2,6 @@
 #include "config.h"
 
 #include <openssl/err.h>
-#include <openssl/x509.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,70 +12,6 @@
 #define RECORD_BYTES 16384u        /* the most plaintext one record carries: one SSL_read */
 #define SHRINK_BELOW (RECORD_BYTES / 4)   /* a record shorter than this is copied out of the spare */
 #define STAGE_MAX (256u * 1024u)   /* ciphertext staged before it is flushed and waited for */
-
-/* ---- failure ---- */
-
-/* OpenSSL's reason for the failure of the last call, in words a log can carry. */
-static void reason_from_ssl(struct perch_tls *s, char *why, size_t len)
-{
-	unsigned long e = ERR_peek_last_error();
-	long verify = s->ssl ? SSL_get_verify_result(s->ssl) : X509_V_OK;
-	if (ERR_GET_REASON(e) == SSL_R_CERTIFICATE_VERIFY_FAILED && verify != X509_V_OK)
-		snprintf(why, len, "certificate verify failed: %s", X509_verify_cert_error_string(verify));
-	else if (e && ERR_reason_error_string(e))
-		snprintf(why, len, "%s", ERR_reason_error_string(e));
-	else if (e)
-		ERR_error_string_n(e, why, len);
-	else
-		snprintf(why, len, "the TLS library failed without a reason");
-}
-
-void perch__tls_fail(struct perch_tls *s, int err, const char *why)
-{
-	if (s->state == TLS_FAILED)
-		return;
-	s->state = TLS_FAILED;
-	s->error = err;
-	if (why)
-		snprintf(s->reason, sizeof(s->reason), "%s", why);
-	else
-		reason_from_ssl(s, s->reason, sizeof(s->reason));
-	ERR_clear_error();
-	s->fail_unreported = true;
-	if (perch_timer_is_armed(&s->timer))
-		perch_timer_stop(&s->timer);
-}
-
-/*
- * Before an OpenSSL call: its error queue must be empty for SSL_get_error
- * to judge the call. Looking is cheaper than clearing every slot, and the
- * queue is nearly always empty (a failure's reason is taken and cleared).
- */
-static void clear_errors(void)
-{
-	if (ERR_peek_error() != 0)
-		ERR_clear_error();
-}
-
-/* Why the last OpenSSL call failed (not a retry): the session's failure. */
-static void fail_from_ssl(struct perch_tls *s, int ssl_error)
-{
-	unsigned long e = ERR_peek_last_error();
-	if (s->io_error) {
-		char why[96];
-		snprintf(why, sizeof(why), "the ciphertext side failed: %s", strerror(-s->io_error));
-		perch__tls_fail(s, s->io_error, why);
-	} else if (ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING ||
-		   (s->cin_eof && ssl_error == SSL_ERROR_SYSCALL)) {
-		perch__tls_fail(s, PERCH_TLS_TRUNCATED, "the peer ended the stream without close_notify");
-	} else if (ERR_peek_last_error() == 0) {
-		char why[64];
-		snprintf(why, sizeof(why), "the TLS library failed without a reason (error %d)", ssl_error);
-		perch__tls_fail(s, -EPROTO, why);
-	} else {
-		perch__tls_fail(s, -EPROTO, NULL);
-	}
-}
 
 /* ---- plaintext flushes ---- */
 
@@ -172,7 +107,7 @@ static void handshake(struct perch_tls *s)
 	if (s->state != TLS_HANDSHAKE)
 		return;
 	s->want_input = false;
-	clear_errors();
+	perch__tls_clear_errors();
 	int r = SSL_do_handshake(s->ssl);
 	if (r == 1) {
 		established(s);
@@ -180,7 +115,7 @@ static void handshake(struct perch_tls *s)
 	}
 	int e = SSL_get_error(s->ssl, r);
 	if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
-		fail_from_ssl(s, e);
+		perch__tls_fail_from_ssl(s, e);
 }
 
 /* Encrypts the plaintext chain into staged records, up to STAGE_MAX at a time. */
@@ -195,14 +130,14 @@ static void encrypt(struct perch_tls *s)
 		}
 		size_t n;
 		s->want_input = false;
-		clear_errors();
+		perch__tls_clear_errors();
 		if (SSL_write_ex(s->ssl, b->bytes + s->tx_off, b->len - s->tx_off, &n) == 1) {
 			s->tx_off += n;
 			continue;
 		}
 		int e = SSL_get_error(s->ssl, 0);
 		if (e != SSL_ERROR_WANT_WRITE && e != SSL_ERROR_WANT_READ)
-			fail_from_ssl(s, e);
+			perch__tls_fail_from_ssl(s, e);
 		return;
 	}
 	if (s->tx && !s->tx_at)
@@ -266,14 +201,14 @@ static bool decrypt_one(struct perch_tls *s)
 	}
 	size_t n;
 	s->want_input = false;
-	clear_errors();
+	perch__tls_clear_errors();
 	if (SSL_read_ex(s->ssl, (uint8_t *)(into + 1), RECORD_BYTES, &n) != 1) {
 		int e = SSL_get_error(s->ssl, 0);
 		if (e == SSL_ERROR_ZERO_RETURN) {
 			s->peer_closed = true;
 			perch__conn_peer_closed(s->plain);
 		} else if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
-			fail_from_ssl(s, e);
+			perch__tls_fail_from_ssl(s, e);
 		}
 		return false;
 	}
@@ -317,7 +252,7 @@ static void send_close_notify(struct perch_tls *s)
 	if (!s->close_notify_wanted || s->close_notify_sent || s->tx || s->cout_flushing ||
 	    s->state != TLS_OPEN)
 		return;
-	clear_errors();
+	perch__tls_clear_errors();
 	int r = SSL_shutdown(s->ssl);
 	if (r >= 0) {
 		s->close_notify_sent = true;
@@ -325,7 +260,7 @@ static void send_close_notify(struct perch_tls *s)
 	}
 	int e = SSL_get_error(s->ssl, r);
 	if (e != SSL_ERROR_WANT_WRITE && e != SSL_ERROR_WANT_READ)
-		fail_from_ssl(s, e);
+		perch__tls_fail_from_ssl(s, e);
 }
 
 /* Flushes the staged records; a flush that waits holds the session until it completes. */
@@ -369,7 +304,7 @@ static void park_cipher_read(struct perch_tls *s)
 	perch__conn_unref(s->plain);
 	if (rc != 0) {
 		s->io_error = s->io_error ? s->io_error : rc;
-		fail_from_ssl(s, SSL_ERROR_SYSCALL);
+		perch__tls_fail_from_ssl(s, SSL_ERROR_SYSCALL);
 		return;
 	}
 	s->cin_have = true;   /* OpenSSL's next read takes it (or its end) */
@@ -402,7 +337,7 @@ static void step(struct perch_tls *s)
 	}
 	take_asks(s);
 	if (s->io_error && s->state != TLS_FAILED)
-		fail_from_ssl(s, SSL_ERROR_SYSCALL);
+		perch__tls_fail_from_ssl(s, SSL_ERROR_SYSCALL);
 	if (s->state == TLS_HANDSHAKE)
 		handshake(s);
 	if (s->state == TLS_OPEN) {

@@ -161,6 +161,14 @@ int perch__tls_kernel_write(struct perch_tls *s, const char *in, size_t len);
 /* After the handshake: the records' path, and why. */
 void perch__tls_choose_path(struct perch_tls *s);
 
+/* ---- pipes/tls_fail.c (loop thread) ---- */
+/* Fails the session with `err`; `why` (or OpenSSL's queue) is the reason. */
+void perch__tls_fail(struct perch_tls *s, int err, const char *why);
+/* Why the last OpenSSL call failed (not a retry, `ssl_error` its SSL_get_error): the session's failure. */
+void perch__tls_fail_from_ssl(struct perch_tls *s, int ssl_error);
+/* Before an OpenSSL call: empties the thread's error queue, if it holds anything, for SSL_get_error. */
+void perch__tls_clear_errors(void);
+
 /* ---- pipes/tls_engine.c (loop thread) ---- */
 /* Runs the session's work until nothing is left to do now. */
 void perch__tls_run(struct perch_tls *s);
@@ -171,8 +179,7 @@ void perch__tls_run(struct perch_tls *s);
  * OpenSSL call), so that a session's end sends it before its close.
  */
 void perch__tls_close_notify_now(struct perch_tls *s);
-/* Fails the session with `err`; `why` (or OpenSSL's queue) is the reason. */
-void perch__tls_fail(struct perch_tls *s, int err, const char *why);
+
 /* Ends a plaintext flush's chain: every held chain back to the core with `result`. */
 void perch__tls_drop_sends(struct perch_tls *s, int result);
 
