@@ -294,6 +294,9 @@ struct perch_loop {
 		uint64_t ring_fd_registered; /* io_uring: 1 while perch_loop_run holds the ring's fd registered */
 		uint64_t recv_bundles;    /* io_uring: 1 when multishot receives take bundles */
 		uint64_t bundle_bufs;     /* io_uring: buffers that came in completions of more than one */
+		uint64_t fixed_files;     /* io_uring: 1 when the ring has a registered file table */
+		uint64_t fixed_sockets;   /* io_uring: sockets entered in it */
+		uint64_t fixed_refused;   /* io_uring: entries, or removals, the kernel refused */
 		uint64_t recv_arms;       /* io_uring: recv SQEs prepared (a multishot's counts once) */
 		uint64_t timer_walk_steps; /* timers a start walked past to keep its list in due order */
 		uint64_t ring_target;     /* io_uring: receive buffers the ring is kept at (doubled when short,

@@ -155,6 +155,9 @@ int perch_loop_stats(struct perch_loop *loop, struct perch_loop_stats *out)
 		.ring_fd_registered = loop->stats.ring_fd_registered,
 		.recv_bundles = loop->stats.recv_bundles,
 		.bundle_bufs = loop->stats.bundle_bufs,
+		.fixed_files = loop->stats.fixed_files,
+		.fixed_sockets = loop->stats.fixed_sockets,
+		.fixed_refused = loop->stats.fixed_refused,
 	};
 	return 0;
 }

@@ -218,6 +218,7 @@ static int uring_init(struct perch_loop *loop, const struct perch_loop_opts *opt
 		return rc;
 	}
 	perch__uring_bundles_probe(u, opts->recv_bundles_off);
+	perch__uring_fixed_probe(u, opts->fixed_files_off);
 	/* On the creating thread: the SQ is empty, and perch__uring_sqe_get would bind the ring to this thread. */
 	prep_wake(loop, io_uring_get_sqe(&u->ring));
 	return 0;
@@ -276,6 +277,12 @@ static void dispatch(struct perch_loop *loop, uint64_t ud, int res, uint32_t fla
 		break;
 	case OP_HANGUP:
 		perch__uring_on_hangup(u, s, res);
+		break;
+	case OP_FIXED_SET:
+		perch__uring_on_fixed_set(s, res);
+		break;
+	case OP_FIXED_CLEAR:
+		perch__uring_on_fixed_clear(s, res);
 		break;
 	default: /* the cancels: their targets report for themselves */
 		break;

@@ -25,7 +25,7 @@
 
 /* user_data: op (8 bits) | generation (24 bits) | slot (32 bits). */
 enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL, OP_PAUSE_CANCEL, OP_HANGUP,
-	  OP_SEND_ZC };
+	  OP_SEND_ZC, OP_FIXED_SET, OP_FIXED_CLEAR };
 
 #define UD(op, s) (((uint64_t)(op) << 56) | ((uint64_t)((s)->gen & 0xffffff) << 32) | (s)->slot)
 #define UD_OP(ud) ((unsigned)((ud) >> 56))
@@ -46,6 +46,10 @@ enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL,
 #define F_SEND_ZC   128u   /* ... the send in flight is zero-copy (its user_data is UD_ZC) */
 #define F_NO_ZC     256u   /* the kernel refused a zero-copy send on this socket: plain ones only */
 #define F_RECV_LIM  512u   /* the multishot recv in flight stops at a byte limit (the pause's room) */
+#define F_SENT_ONCE 1024u  /* a send was prepared: the next one enters the socket in the file table */
+#define F_FIX_TRIED 2048u  /* its entry in the file table was asked for (or could not be) */
+#define F_FIXING    4096u  /* ... and the update is in flight */
+#define F_FIXED     8192u  /* its fd is in the file table at its own index: operations say IOSQE_FIXED_FILE */
 
 /*
  * A chain some of whose sends went zero-copy: the kernel reads its bytes
@@ -146,6 +150,7 @@ struct uring {
 	bool bundles;                /* multishot recvs take bundles: several buffers a completion (perch__uring_bundles_probe) */
 	bool recv_limit_refused;     /* the kernel refused a multishot recv's byte limit: none from then on */
 	bool recv_limit_known;       /* a limited one received: the kernel takes the limit */
+	uint32_t fixed_n;            /* the registered file table's size (a socket at its fd's index); 0: none */
 	struct zc_hold *zc_holds;    /* every hold, until its chain went back */
 	struct cqe_copy *backlog;    /* CQEs taken off a full CQ to free it, not yet dispatched */
 	size_t nbacklog, capbacklog;
@@ -243,6 +248,25 @@ void perch__uring_on_recv(struct uring *u, struct perch__sock *s, int res, uint3
 void perch__uring_on_accept(struct perch__sock *s, int res, bool last);
 /* The poll for a parked socket's peer ending completed with `res` (its events, or -errno). */
 void perch__uring_on_hangup(struct uring *u, struct perch__sock *s, int res);
+
+/* ---- registered files (lib/uring_fixed.c) ---- */
+
+/* At init: the sparse file table (not when `off`, or refused); sets stats.fixed_files. */
+void perch__uring_fixed_probe(struct uring *u, bool off);
+/* Before a send's SQE is taken: at the socket's second, queues its entry in the table. */
+void perch__uring_fixed_enter(struct uring *u, struct perch__sock *s);
+/* At the close: queues the entry's removal (counted in flight) if it has one; false once the ring is broken. */
+bool perch__uring_fixed_leave(struct uring *u, struct perch__sock *s);
+/* The completions of the entry's update (`res` 1: done) and of its removal. */
+void perch__uring_on_fixed_set(struct perch__sock *s, int res);
+void perch__uring_on_fixed_clear(struct perch__sock *s, int res);
+
+/* An operation prepared on s->fd goes through the table once s is in it. */
+static inline void perch__uring_sqe_fixed(struct perch__sock *s, struct io_uring_sqe *sqe)
+{
+	if (us_of(s)->flags & F_FIXED)
+		sqe->flags |= IOSQE_FIXED_FILE;
+}
 
 /* ---- zero-copy sends (lib/uring_zc.c) ---- */
 

@@ -56,6 +56,7 @@ static void watch_for_hangup(struct uring *u, struct perch__sock *s)
 	if (!sqe)
 		return; /* the ring is broken: the poll reports it */
 	io_uring_prep_poll_add(sqe, s->fd, POLLRDHUP);
+	perch__uring_sqe_fixed(s, sqe);
 	io_uring_sqe_set_data64(sqe, UD(OP_HANGUP, s));
 	us->flags |= F_HANGUP;
 	us->inflight++;
@@ -156,6 +157,7 @@ void perch__uring_recv_arm(struct perch__sock *s)
 			sqe->ioprio |= IORING_RECVSEND_BUNDLE;
 	}
 	sqe->flags |= IOSQE_BUFFER_SELECT;
+	perch__uring_sqe_fixed(s, sqe);
 	if (!bytes_waiting_for_multishot(s))
 		sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
 	sqe->buf_group = BGID;
@@ -197,7 +199,9 @@ static int gather_first(struct perch__sock *s, struct usock *us, struct iovec **
 void perch__uring_send(struct perch__sock *s)
 {
 	struct usock *us = us_of(s);
-	struct io_uring_sqe *sqe = perch__uring_sqe_get(st_of(s->loop));
+	struct uring *u = st_of(s->loop);
+	perch__uring_fixed_enter(u, s);
+	struct io_uring_sqe *sqe = perch__uring_sqe_get(u);
 	if (!sqe)
 		return; /* the ring is broken: the loop's free settles the send (perch__loop_abandon_all) */
 	struct iovec first[2];
@@ -205,7 +209,7 @@ void perch__uring_send(struct perch__sock *s)
 	int n = perch__loop_tx_iov(s, iov, us->gather ? PERCH__TX_IOV : 2);
 	if (n > 1 && iov == first)
 		n = gather_first(s, us, &iov);
-	if (perch__uring_zc_prep(st_of(s->loop), s, sqe, iov, n)) {
+	if (perch__uring_zc_prep(u, s, sqe, iov, n)) {
 		us->flags |= F_SEND;
 		us->inflight++;
 		return;
@@ -216,6 +220,7 @@ void perch__uring_send(struct perch__sock *s)
 	} else {
 		io_uring_prep_sendmsg(sqe, s->fd, perch__uring_send_msg(us, n), MSG_NOSIGNAL);
 	}
+	perch__uring_sqe_fixed(s, sqe);
 	io_uring_sqe_set_data64(sqe, UD(OP_SEND, s));
 	us->flags |= F_SEND;
 	us->inflight++;
@@ -286,6 +291,11 @@ void perch__uring_close(struct perch__sock *s)
 			continue;
 		bool zc = in_flight[i].op == OP_SEND && (flags & F_SEND_ZC);
 		if (!close_cancel(u, s, zc ? UD_ZC(us_of(s)->zc) : UD(in_flight[i].op, s)))
+			return;
+		any = true;
+	}
+	if (flags & (F_FIXING | F_FIXED)) {
+		if (!perch__uring_fixed_leave(u, s))
 			return;
 		any = true;
 	}

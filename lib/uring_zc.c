@@ -131,6 +131,7 @@ bool perch__uring_zc_prep(struct uring *u, struct perch__sock *s, struct io_urin
 	} else {
 		io_uring_prep_sendmsg_zc(sqe, s->fd, perch__uring_send_msg(us, n), MSG_NOSIGNAL);
 	}
+	perch__uring_sqe_fixed(s, sqe);
 	io_uring_sqe_set_data64(sqe, UD_ZC(us->zc));
 	us->flags |= F_SEND_ZC;
 	s->loop->stats.zerocopy_sends++;

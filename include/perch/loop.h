@@ -57,6 +57,11 @@ struct perch_loop_opts {
 				    * queued ones at once (recv bundles, Linux 6.16+, used by
 				    * default there: stats.recv_bundles says whether). For
 				    * measuring, or a kernel whose bundles misbehave */
+	bool fixed_files_off;      /* io_uring: no registered file table. By default a
+				    * connection's socket enters the ring's table at its second
+				    * send, so its later sends, receives and polls skip the
+				    * kernel's fd lookup (Linux 5.19+: stats.fixed_files says
+				    * whether). For measuring (doc/loop.md, "Registered files") */
 };
 
 /* Per-connection options; a zeroed struct (or NULL) means every default. */
@@ -175,6 +180,11 @@ struct perch_loop_stats {
 				      * in one completion (recv bundles: Linux 6.16+, a ring with
 				      * DEFER_TASKRUN, recv_bundles_off not set) */
 	uint64_t bundle_bufs;        /* io_uring: receive buffers that came in completions of more than one */
+	uint64_t fixed_files;        /* io_uring: 1 when the ring has a registered file table
+				      * (Linux 5.19+, fixed_files_off not set) */
+	uint64_t fixed_sockets;      /* io_uring: sockets entered in the table (at a connection's second send) */
+	uint64_t fixed_refused;      /* io_uring: entries or removals the kernel refused (the socket
+				      * then keeps its plain fd; doc/loop.md, "Registered files") */
 };
 
 /*

@@ -1,0 +1,117 @@
+/* lib/uring_fixed.c: registered files: a connection's socket in the ring's file table, so its operations skip the fd lookup. */
+#include "config.h"
+
+#include <errno.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include "uring_internal.h"
+
+/*
+ * The table's size: a socket goes at the index of its fd, so the table
+ * covers the fds this process may open (the soft RLIMIT_NOFILE when the
+ * loop starts), at most FIXED_MAX. A socket opened past it, after the
+ * limit was raised, keeps its plain fd.
+ */
+#define FIXED_MAX 65536u
+
+static uint32_t table_size(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > FIXED_MAX)
+		return FIXED_MAX;
+	return (uint32_t)rl.rlim_cur;
+}
+
+/*
+ * At init, before the ring is enabled: an empty (sparse) table. A kernel
+ * before 5.19 refuses it, and the loop sends on plain fds as before.
+ */
+void perch__uring_fixed_probe(struct uring *u, bool off)
+{
+	uint32_t n = table_size();
+	if (!off && n > 0 && io_uring_register_files_sparse(&u->ring, n) == 0)
+		u->fixed_n = n;
+	u->loop->stats.fixed_files = u->fixed_n > 0;
+}
+
+/*
+ * Puts s's fd in the table at its own index, from the SQE queued here:
+ * the kernel runs it at the turn's enter, so it costs no syscall of its
+ * own. s's operations go through the table once its completion says it
+ * took (perch__uring_on_fixed_set): none relies on the order of the SQEs.
+ * Called at s's second send, before that send's SQE is taken: a
+ * connection that answers once and goes pays nothing, and every send
+ * after the second skips the lookup.
+ */
+void perch__uring_fixed_enter(struct uring *u, struct perch__sock *s)
+{
+	struct usock *us = us_of(s);
+	if (us->flags & F_FIX_TRIED)
+		return;
+	if (!(us->flags & F_SENT_ONCE)) {
+		us->flags |= F_SENT_ONCE;
+		return;
+	}
+	us->flags |= F_FIX_TRIED;
+	if (s->fd < 0 || (uint32_t)s->fd >= u->fixed_n)
+		return;
+	struct io_uring_sqe *sqe = perch__uring_sqe_get(u);
+	if (!sqe)
+		return;
+	/* The kernel reads the fd at the enter: s->fd stays put until s is finalized, after this completes. */
+	io_uring_prep_files_update(sqe, &s->fd, 1, s->fd);
+	io_uring_sqe_set_data64(sqe, UD(OP_FIXED_SET, s));
+	us->flags |= F_FIXING;
+	us->inflight++;
+}
+
+void perch__uring_on_fixed_set(struct perch__sock *s, int res)
+{
+	struct usock *us = us_of(s);
+	us->flags &= ~F_FIXING;
+	if (res != 1) {
+		s->loop->stats.fixed_refused++; /* not in the table: plain fds, as before */
+		return;
+	}
+	s->loop->stats.fixed_sockets++;
+	if (!s->closing)
+		us->flags |= F_FIXED; /* closing: the clear is queued behind the set already */
+}
+
+/*
+ * At the close, before the fd's: the table's reference goes, so the
+ * close is the socket's last and the peer sees its end (or its reset)
+ * then. Queued behind the set when that has not completed yet, so the
+ * kernel runs the two in order. Counted in flight, so the fd is closed
+ * (and its number reused) only after the entry is gone.
+ */
+bool perch__uring_fixed_leave(struct uring *u, struct perch__sock *s)
+{
+	static int none = -1;
+	struct usock *us = us_of(s);
+	if (!(us->flags & (F_FIXING | F_FIXED)))
+		return true;
+	struct io_uring_sqe *sqe = perch__uring_sqe_get(u);
+	if (!sqe)
+		return false; /* the ring is broken: its exit drops the table */
+	io_uring_prep_files_update(sqe, &none, 1, s->fd);
+	io_uring_sqe_set_data64(sqe, UD(OP_FIXED_CLEAR, s));
+	us->flags &= ~F_FIXED;
+	us->inflight++;
+	return true;
+}
+
+/*
+ * The entry would stay in the table, holding the socket open past its
+ * close: it is shut both ways, so the peer sees the end all the same
+ * (a reset the close would have sent is lost). The next socket given the
+ * same fd number replaces the entry, and the socket goes then.
+ */
+void perch__uring_on_fixed_clear(struct perch__sock *s, int res)
+{
+	if (res == 1)
+		return;
+	s->loop->stats.fixed_refused++;
+	shutdown(s->fd, SHUT_RDWR);
+}

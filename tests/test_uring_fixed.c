@@ -1,0 +1,281 @@
+/* tests/test_uring_fixed.c: io_uring registered files: a connection's socket enters the ring's table at its second send, its operations go through it, and its close takes it out. */
+#include "config.h"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+
+#include "cmocka_prelude.h"
+
+#include "loop_util.h"
+
+enum { SHORT_MS = 200 };
+
+/* Reads up to `n` bytes from `fd` within `ms`; returns how many (-1: the end or an error came first). */
+static ssize_t read_within(int fd, char *buf, size_t n, int ms)
+{
+	size_t got = 0;
+	while (got < n) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, ms) <= 0)
+			break;
+		ssize_t r = recv(fd, buf + got, n - got, MSG_DONTWAIT);
+		if (r <= 0)
+			return got > 0 ? (ssize_t)got : -1;
+		got += (size_t)r;
+	}
+	return (ssize_t)got;
+}
+
+/* Whether `fd`'s peer ended the stream within `ms` (bytes before the end are dropped). */
+static bool ends_within(int fd, int ms)
+{
+	char b[64];
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, ms) <= 0)
+			return false;
+		ssize_t r = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+		if (r == 0 || (r < 0 && errno != EAGAIN))
+			return true;
+	}
+}
+
+static void send_on(struct perch_conn *c, const char *msg)
+{
+	assert_int_equal(perch_conn_write(c, msg, strlen(msg)), 0);
+	assert_int_equal(lu_flush(c), 0);
+}
+
+/* The peer `fd` gets `msg` (and the other, `not`, nothing). */
+static void seen_by(int fd, int not, const char *msg)
+{
+	char b[32] = { 0 };
+	assert_int_equal(read_within(fd, b, strlen(msg), LU_TIMEOUT_MS), (ssize_t)strlen(msg));
+	assert_string_equal(b, msg);
+	if (not >= 0)
+		assert_int_equal(read_within(not, b, 1, SHORT_MS), 0);
+}
+
+/* `times` sends of `msg`, each seen by the peer before the next. */
+static void sends_seen(struct perch_conn *c, int peer, const char *msg, int times)
+{
+	for (int i = 0; i < times; i++) {
+		send_on(c, msg);
+		seen_by(peer, -1, msg);
+	}
+}
+
+struct pair {
+	struct perch_conn *c; /* perch's end */
+	int peer;             /* the test's */
+	struct perch_listener *ls;
+};
+
+/* A TCP connection accepted by the loop, or a Unix socketpair's end adopted by it. */
+static struct pair pair_open(struct lu_loop *l, bool unix_sock)
+{
+	struct pair p = { .peer = -1 };
+	if (unix_sock) {
+		int sv[2];
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+		struct lu_connect k = { .c = NULL };
+		sem_init(&k.done, 0, 0);
+		assert_int_equal(perch_conn_adopt(l->loop, sv[0], NULL, lu_connected, &k), 0);
+		assert_int_equal(lu_sem_wait(&k.done, LU_TIMEOUT_MS), 0);
+		assert_int_equal(k.result, 0);
+		sem_destroy(&k.done);
+		p.c = k.c;
+		p.peer = sv[1];
+		return p;
+	}
+	struct lu_catcher k = { 0 };
+	sem_init(&k.got, 0, 0);
+	assert_int_equal(perch_listen(l->loop, "127.0.0.1", 0, NULL, lu_catch_accept, &k, &p.ls), 0);
+	p.peer = lu_plain_connect_to(p.ls);
+	assert_true(p.peer >= 0);
+	assert_int_equal(lu_sem_wait(&k.got, LU_TIMEOUT_MS), 0);
+	sem_destroy(&k.got);
+	p.c = k.c;
+	return p;
+}
+
+/* The socket's entry completes on the loop thread after the send's: waits (bounded) for the count. */
+static struct perch_loop_stats stats_once_fixed(struct lu_loop *l, uint64_t want)
+{
+	struct perch_loop_stats st = lu_stats(l);
+	for (int i = 0; i < 200 && st.fixed_sockets < want; i++) {
+		usleep(10 * 1000);
+		st = lu_stats(l);
+	}
+	return st;
+}
+
+/*
+ * Two sends enter the socket in the table. Then the test puts another
+ * socket (a decoy) at the connection's fd number (dup2): what goes
+ * through the table still reaches the connection's own socket, what goes
+ * by the fd number reaches the decoy. So the third send, and on a Unix
+ * socket (received single-shot, re-armed after each receive) the receive
+ * after the next, say which way they went. The close must take the entry
+ * out: the table's reference is then the socket's last, so its peer sees
+ * the end.
+ */
+static void through_the_table(bool unix_sock, bool off)
+{
+	struct lu_loop l;
+	struct perch_loop_opts o = { .backend = PERCH_BACKEND_URING, .fixed_files_off = off };
+	int fds_before = lu_count_fds();
+	assert_int_equal(lu_start(&l, &o), 0);
+	struct pair p = pair_open(&l, unix_sock);
+
+	send_on(p.c, "one");
+	seen_by(p.peer, -1, "one");
+	assert_int_equal(lu_stats(&l).fixed_sockets, 0); /* one send: not in the table */
+	send_on(p.c, "two");
+	seen_by(p.peer, -1, "two");
+	struct perch_loop_stats st = stats_once_fixed(&l, off ? 0 : 1);
+	assert_int_equal(st.fixed_files, off ? 0 : 1);
+	assert_int_equal(st.fixed_sockets, off ? 0 : 1);
+	assert_int_equal(st.fixed_refused, 0);
+
+	int decoy[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, decoy), 0);
+	assert_int_equal(dup2(decoy[0], perch_conn_fd(p.c)), perch_conn_fd(p.c));
+	close(decoy[0]); /* perch's close closes the copy at its fd number */
+
+	send_on(p.c, "three");
+	if (off)
+		seen_by(decoy[1], p.peer, "three");
+	else
+		seen_by(p.peer, decoy[1], "three");
+
+	/* The receive armed before the decoy came takes "four" from the peer, whichever way it went. */
+	uint8_t in[4];
+	assert_int_equal(send(p.peer, "four", 4, MSG_NOSIGNAL), 4);
+	assert_int_equal(lu_read(p.c, in, 4).got, 4);
+	assert_memory_equal(in, "four", 4);
+	/* Its re-arm (Unix) goes by the fd number without the table: to the decoy. TCP's multishot stays on the socket. */
+	(void)send(p.peer, "FIVE", 4, MSG_NOSIGNAL); /* fails once the socket went (off, Unix): nothing holds it */
+	assert_int_equal(send(decoy[1], "five", 4, MSG_NOSIGNAL), 4);
+	assert_int_equal(lu_read(p.c, in, 4).got, 4);
+	assert_memory_equal(in, off && unix_sock ? "five" : "FIVE", 4);
+
+	assert_int_equal(perch_conn_close(p.c), 0);
+	perch_conn_release(p.c);
+	assert_true(ends_within(p.peer, LU_TIMEOUT_MS));
+	if (p.ls)
+		perch_listener_close(p.ls);
+	close(p.peer);
+	close(decoy[1]);
+	assert_int_equal(lu_stop(&l), 0);
+	assert_int_equal(lu_count_fds(), fds_before);
+}
+
+static void a_tcp_connections_sends_go_through_the_table_from_its_second(void **state)
+{
+	(void)state;
+	through_the_table(false, false);
+}
+
+static void a_unix_connections_sends_and_receives_go_through_the_table(void **state)
+{
+	(void)state;
+	through_the_table(true, false);
+}
+
+static void with_fixed_files_off_they_go_by_the_fd_number(void **state)
+{
+	(void)state;
+	through_the_table(false, true);
+	through_the_table(true, true);
+}
+
+/*
+ * The table covers the fds the soft RLIMIT_NOFILE allowed when the loop
+ * was made: a socket given a higher fd (the limit raised since) is not
+ * entered, and works as before.
+ */
+static void a_socket_past_the_table_keeps_its_plain_fd(void **state)
+{
+	(void)state;
+	struct rlimit rl;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	rlim_t low = 64;
+	if (rl.rlim_cur <= low + 8) {
+		skip();
+		return;
+	}
+	struct rlimit lowered = { .rlim_cur = low, .rlim_max = rl.rlim_max };
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &lowered), 0);
+	struct lu_loop l;
+	struct perch_loop_opts o = { .backend = PERCH_BACKEND_URING };
+	int rc = lu_start(&l, &o);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	assert_int_equal(rc, 0);
+
+	/* Every fd below the table's end taken: the pair's sockets come past it. */
+	int fill[80], nfill = 0;
+	for (int fd; nfill < 80 && (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) {
+		fill[nfill++] = fd;
+		if (fd >= (int)low)
+			break;
+	}
+	close(fill[--nfill]);
+	struct pair p = pair_open(&l, true);
+	assert_true(perch_conn_fd(p.c) >= (int)low);
+	sends_seen(p.c, p.peer, "past", 3);
+	struct perch_loop_stats st = lu_stats(&l);
+	assert_int_equal(st.fixed_files, 1);
+	assert_int_equal(st.fixed_sockets, 0);
+	assert_int_equal(st.fixed_refused, 0);
+	assert_int_equal(perch_conn_close(p.c), 0);
+	perch_conn_release(p.c);
+	assert_true(ends_within(p.peer, LU_TIMEOUT_MS));
+	close(p.peer);
+	while (nfill > 0)
+		close(fill[--nfill]);
+	assert_int_equal(lu_stop(&l), 0);
+}
+
+/* epoll has no table: its counters stay 0, and sends work as ever. */
+static void on_epoll_nothing_is_entered(void **state)
+{
+	(void)state;
+	struct lu_loop l;
+	struct perch_loop_opts o = { .backend = PERCH_BACKEND_EPOLL };
+	assert_int_equal(lu_start(&l, &o), 0);
+	struct pair p = pair_open(&l, false);
+	sends_seen(p.c, p.peer, "e", 3);
+	struct perch_loop_stats st = lu_stats(&l);
+	assert_int_equal(st.fixed_files, 0);
+	assert_int_equal(st.fixed_sockets, 0);
+	perch_conn_release(p.c);
+	perch_listener_close(p.ls);
+	close(p.peer);
+	assert_int_equal(lu_stop(&l), 0);
+}
+
+int main(void)
+{
+	struct perch_loop *probe;
+	struct perch_loop_opts o = { .backend = PERCH_BACKEND_URING };
+	if (perch_loop_new(&o, &probe) != 0) {
+		printf("SKIP: io_uring is refused here: nothing of this backend to test\n");
+		return 77;
+	}
+	struct perch_loop_stats st;
+	perch_loop_stats(probe, &st);
+	perch_loop_free(probe);
+	if (!st.fixed_files) {
+		printf("SKIP: this kernel refuses a sparse registered file table (Linux 5.19+)\n");
+		return 77;
+	}
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(a_tcp_connections_sends_go_through_the_table_from_its_second),
+		cmocka_unit_test(a_unix_connections_sends_and_receives_go_through_the_table),
+		cmocka_unit_test(with_fixed_files_off_they_go_by_the_fd_number),
+		cmocka_unit_test(a_socket_past_the_table_keeps_its_plain_fd),
+		cmocka_unit_test(on_epoll_nothing_is_entered),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
