@@ -239,7 +239,7 @@ static void the_idle_timeout_option_is_parsed_and_bad_values_refused(void **stat
 	assert_null(srv);
 }
 
-/* serve_parse_args: --recv-buffers N (a power of two up to 32768), --pause-bytes N and --recv-bundles-off reach the options; 0 without them. */
+/* serve_parse_args: --recv-buffers N (a power of two up to 32768), --pause-bytes N, --recv-bundles-off and --fixed-files-off reach the options; 0 without them. */
 static void the_receive_memory_options_are_parsed_and_bad_values_refused(void **state)
 {
 	struct serve_opts o;
@@ -248,11 +248,14 @@ static void the_receive_memory_options_are_parsed_and_bad_values_refused(void **
 	assert_int_equal(o.recv_buffers, 0);
 	assert_int_equal(o.pause_bytes, 0);
 	assert_false(o.recv_bundles_off);
-	char *set[] = { "echo", "--recv-buffers", "8192", "--pause-bytes=32768", "--recv-bundles-off", NULL };
-	assert_int_equal(serve_parse_args(5, set, "echo", &o), 0);
+	assert_false(o.fixed_files_off);
+	char *set[] = { "echo", "--recv-buffers", "8192", "--pause-bytes=32768", "--recv-bundles-off", "--fixed-files-off",
+			NULL };
+	assert_int_equal(serve_parse_args(6, set, "echo", &o), 0);
 	assert_int_equal(o.recv_buffers, 8192);
 	assert_int_equal(o.pause_bytes, 32768);
 	assert_true(o.recv_bundles_off);
+	assert_true(o.fixed_files_off);
 	static const char *bad_bufs[] = { "0", "3", "1000", "65536", "-2", "4k", "" };
 	for (size_t i = 0; i < sizeof(bad_bufs) / sizeof(bad_bufs[0]); i++) {
 		char *argv[] = { "echo", "--recv-buffers", (char *)bad_bufs[i], NULL };

@@ -199,7 +199,8 @@ int serve_start(const struct serve_opts *o, const struct serve_proto *proto, voi
 	*srv = (struct serve){ .proto = proto, .app = app, .stop_deadline_ms = o->stop_deadline_ms };
 	struct perch_server_opts so = {
 		.host = o->host, .port = o->port, .unix_name = o->unix_name, .threads = o->threads,
-		.idle_timeout_ms = o->idle_timeout_ms, .loop = { .buf_count = o->recv_buffers, .recv_bundles_off = o->recv_bundles_off },
+		.idle_timeout_ms = o->idle_timeout_ms, .loop = { .buf_count = o->recv_buffers, .recv_bundles_off = o->recv_bundles_off,
+			  .fixed_files_off = o->fixed_files_off },
 		.conn = { .recv_mode = o->recv, .nagle = o->nagle, .zerocopy_min = o->zerocopy_min,
 			  .pause_bytes = o->pause_bytes },
 		.idle_end = proto->idle_reset ? PERCH_SESSION_ABORT : PERCH_SESSION_CLOSE,
@@ -263,7 +264,8 @@ static void usage(const char *prog)
 		"usage: %s [--listen tcp:HOST:PORT|unix:PATH | --port P] [--host ADDR] [--threads N]\n"
 		"       [--backend uring|io_uring|epoll] [--recv multishot|singleshot] [--idle-timeout MS]\n"
 		"       [--nagle] [--zerocopy-min BYTES|off] [--stop-deadline MS] [--recv-buffers N]\n"
-		"       [--pause-bytes BYTES] [--recv-bundles-off] [--tls-cert FILE --tls-key FILE]%s%s\n"
+		"       [--pause-bytes BYTES] [--recv-bundles-off] [--fixed-files-off]\n"
+		"       [--tls-cert FILE --tls-key FILE]%s%s\n"
 		"  --listen tcp:HOST:PORT  TCP on a numeric address ([V6]:PORT for IPv6; port 0: the\n"
 		"                 kernel picks one, printed at start)\n"
 		"  --listen unix:PATH  a Unix socket (unix:@NAME: an abstract name); a stale socket\n"
@@ -291,6 +293,8 @@ static void usage(const char *prog)
 		"                 message held whole\n"
 		"  --recv-bundles-off  io_uring: one receive buffer per completion even where the\n"
 		"                 kernel hands over several at once (recv bundles; to measure them)\n"
+		"  --fixed-files-off  io_uring: no registered file table: each send looks its\n"
+		"                 socket's fd up (to measure the table)\n"
 		"  --tls-cert FILE --tls-key FILE  speak TLS on every connection (OpenSSL 3): the PEM\n"
 		"                 certificate chain, leaf first, and its key\n"
 		"%s",
@@ -388,6 +392,7 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 		{ "listen", required_argument, NULL, 'l' }, { "zerocopy-min", required_argument, NULL, 'z' },
 		{ "stop-deadline", required_argument, NULL, 'd' }, { "recv-buffers", required_argument, NULL, 'B' },
 		{ "pause-bytes", required_argument, NULL, 'P' }, { "recv-bundles-off", no_argument, NULL, 'U' },
+		{ "fixed-files-off", no_argument, NULL, 'F' },
 		{ "tls-cert", required_argument, NULL, 'C' }, { "tls-key", required_argument, NULL, 'K' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -440,6 +445,9 @@ int serve_parse_args(int argc, char **argv, const char *prog, struct serve_opts 
 			break;
 		case 'U':
 			o->recv_bundles_off = true;
+			break;
+		case 'F':
+			o->fixed_files_off = true;
 			break;
 		case 'z':
 			if (strcmp(optarg, "off") == 0)

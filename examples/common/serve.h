@@ -50,6 +50,11 @@ struct serve_opts {
 	 */
 	bool recv_bundles_off;
 	/*
+	 * io_uring: no registered file table (perch_loop_opts.fixed_files_off):
+	 * every operation looks its socket's fd up; to measure the table.
+	 */
+	bool fixed_files_off;
+	/*
 	 * perch_conn_opts.pause_bytes of every connection: the unconsumed
 	 * bytes at which it stops receiving, and so what a peer the other
 	 * side cannot keep up with (a proxy's) pins; 0: the library's
