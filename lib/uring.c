@@ -5,7 +5,9 @@
 #include <liburing.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include "uring_internal.h"
@@ -134,6 +136,15 @@ struct io_uring_sqe *perch__uring_sqe_get(struct uring *u)
 }
 
 /* ================= ring and buffer ring ================= */
+
+bool perch__uring_kernel_at_least(unsigned major, unsigned minor)
+{
+	struct utsname un;
+	unsigned ma, mi;
+	if (uname(&un) != 0 || sscanf(un.release, "%u.%u", &ma, &mi) != 2)
+		return false;
+	return ma > major || (ma == major && mi >= minor);
+}
 
 /* Newest flags first; EINVAL means "this kernel does not know a flag": try plainer ones. */
 static int ring_setup(struct perch_loop *loop, struct uring *u, unsigned entries)

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/utsname.h>
 #include <unistd.h>
 
 #include "uring_internal.h"
@@ -165,22 +164,11 @@ int perch__uring_bufs_setup(struct perch_loop *loop, struct uring *u, uint32_t c
 }
 
 /*
- * Bundles as perch reads them hold from Linux 6.16: before 6.15 a
- * receive that ended could post its completion after a later one's on the
- * same buffer ring, and before 6.16 a bundle could hold a short buffer
- * before its last. Stable kernels that took both fixes are not told apart.
- */
-static bool kernel_bundles_sound(void)
-{
-	struct utsname un;
-	unsigned major, minor;
-	if (uname(&un) != 0 || sscanf(un.release, "%u.%u", &major, &minor) != 2)
-		return false;
-	return major > 6 || (major == 6 && minor >= 16);
-}
-
-/*
- * Whether multishot recvs take bundles: the kernel has them, and the ring
+ * Whether multishot recvs take bundles: the kernel has them (as perch
+ * reads them, from Linux 6.16: before 6.15 a receive that ended could
+ * post its completion after a later one's on the same buffer ring, and
+ * before 6.16 a bundle could hold a short buffer before its last; stable
+ * kernels that took both fixes are not told apart), and the ring
  * runs with DEFER_TASKRUN, so the kernel takes buffers and posts their
  * completions only inside this thread's io_uring_enter, one receive after
  * another: completions come in the order their buffers left the ring, and
@@ -190,6 +178,6 @@ static bool kernel_bundles_sound(void)
 void perch__uring_bundles_probe(struct uring *u, bool off)
 {
 	u->bundles = !off && u->defer_taskrun && (u->ring.features & IORING_FEAT_RECVSEND_BUNDLE) &&
-		     kernel_bundles_sound();
+		     perch__uring_kernel_at_least(6, 16);
 	u->loop->stats.recv_bundles = u->bundles;
 }

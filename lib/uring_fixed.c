@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "uring_internal.h"
 
@@ -24,13 +26,27 @@ static uint32_t table_size(void)
 }
 
 /*
- * At init, before the ring is enabled: an empty (sparse) table. A kernel
- * before 5.19 refuses it, and the loop sends on plain fds as before.
+ * An empty (sparse) table of n. The syscall itself: liburing's helper
+ * raises the process's RLIMIT_NOFILE when the kernel says EMFILE.
+ */
+static bool register_sparse(struct uring *u, uint32_t n)
+{
+	struct io_uring_rsrc_register reg = { .nr = n, .flags = IORING_RSRC_REGISTER_SPARSE };
+	return syscall(__NR_io_uring_register, u->ring.ring_fd, IORING_REGISTER_FILES2, &reg, sizeof(reg)) == 0;
+}
+
+/*
+ * At init, before the ring is enabled. Only from Linux 6.13: before it a
+ * removed file was let go only once every operation issued through the
+ * table before the removal had completed, oldest first, so one idle
+ * connection's receive would hold every later-closed socket open (no FIN,
+ * no reset) for as long as it waits. Before 5.19 the kernel refuses a
+ * sparse table anyway. Without one the loop uses plain fds, as before.
  */
 void perch__uring_fixed_probe(struct uring *u, bool off)
 {
 	uint32_t n = table_size();
-	if (!off && n > 0 && io_uring_register_files_sparse(&u->ring, n) == 0)
+	if (!off && n > 0 && perch__uring_kernel_at_least(6, 13) && register_sparse(u, n))
 		u->fixed_n = n;
 	u->loop->stats.fixed_files = u->fixed_n > 0;
 }

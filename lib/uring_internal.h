@@ -228,6 +228,9 @@ void perch__uring_ring_maybe_shrink(struct uring *u);
 
 /* ---- submissions (lib/uring.c) ---- */
 
+/* Whether the running kernel's release is major.minor or later (false when uname cannot say). */
+bool perch__uring_kernel_at_least(unsigned major, unsigned minor);
+
 /* An SQE, or NULL once the ring is broken (the caller starts nothing). */
 struct io_uring_sqe *perch__uring_sqe_get(struct uring *u);
 
