@@ -52,24 +52,33 @@ void perch__uring_fixed_probe(struct uring *u, bool off)
 }
 
 /*
- * Puts s's fd in the table at its own index, from the SQE queued here:
- * the kernel runs it at the turn's enter, so it costs no syscall of its
- * own. s's operations go through the table once its completion says it
- * took (perch__uring_on_fixed_set): none relies on the order of the SQEs.
- * Called at s's second send, before that send's SQE is taken: a
- * connection that answers once and goes pays nothing, and every send
- * after the second skips the lookup.
+ * The send at which a socket enters the table. An entry and its removal
+ * cost about 400 ns; each send through the table saves 20 to 45 ns
+ * (doc/loop.md, "Registered files"): about 9 sends repay them. Entering
+ * once a connection has sent that much, and not before, is the
+ * ski-rental rule: never more than twice the cost of knowing the
+ * connection's length in advance. A connection that answers a few times
+ * and goes pays nothing.
+ */
+#define FIXED_AT_SEND 8u
+
+/*
+ * Puts s's fd in the table at its own index, from the SQE queued here
+ * ahead of the send's: the kernel runs it at the turn's enter, so it
+ * costs no syscall of its own. s's operations go through the table once
+ * its completion says it took (perch__uring_on_fixed_set): none relies on
+ * the order of the SQEs. Called before each send's SQE is taken.
  */
 void perch__uring_fixed_enter(struct uring *u, struct perch__sock *s)
 {
 	struct usock *us = us_of(s);
 	if (us->flags & F_FIX_TRIED)
 		return;
-	if (!(us->flags & F_SENT_ONCE)) {
-		us->flags |= F_SENT_ONCE;
+	if ((us->flags & F_SENDS_MASK) < ((FIXED_AT_SEND - 1) << F_SENDS_SHIFT)) {
+		us->flags += 1u << F_SENDS_SHIFT;
 		return;
 	}
-	us->flags |= F_FIX_TRIED;
+	us->flags = (us->flags & ~F_SENDS_MASK) | F_FIX_TRIED;
 	if (s->fd < 0 || (uint32_t)s->fd >= u->fixed_n)
 		return;
 	struct io_uring_sqe *sqe = perch__uring_sqe_get(u);

@@ -46,10 +46,11 @@ enum op { OP_WAKE = 1, OP_ACCEPT, OP_CONNECT, OP_RECV, OP_SEND, OP_CLOSE_CANCEL,
 #define F_SEND_ZC   128u   /* ... the send in flight is zero-copy (its user_data is UD_ZC) */
 #define F_NO_ZC     256u   /* the kernel refused a zero-copy send on this socket: plain ones only */
 #define F_RECV_LIM  512u   /* the multishot recv in flight stops at a byte limit (the pause's room) */
-#define F_SENT_ONCE 1024u  /* a send was prepared: the next one enters the socket in the file table */
 #define F_FIX_TRIED 2048u  /* its entry in the file table was asked for (or could not be) */
 #define F_FIXING    4096u  /* ... and the update is in flight */
 #define F_FIXED     8192u  /* its fd is in the file table at its own index: operations say IOSQE_FIXED_FILE */
+#define F_SENDS_SHIFT 24   /* bits 24-27: sends prepared before its entry is asked for (lib/uring_fixed.c) */
+#define F_SENDS_MASK (15u << F_SENDS_SHIFT)
 
 /*
  * A chain some of whose sends went zero-copy: the kernel reads its bytes
@@ -256,7 +257,7 @@ void perch__uring_on_hangup(struct uring *u, struct perch__sock *s, int res);
 
 /* At init: the sparse file table (not when `off`, or refused); sets stats.fixed_files. */
 void perch__uring_fixed_probe(struct uring *u, bool off);
-/* Before a send's SQE is taken: at the socket's second, queues its entry in the table. */
+/* Before a send's SQE is taken: at the socket's eighth, queues its entry in the table. */
 void perch__uring_fixed_enter(struct uring *u, struct perch__sock *s);
 /* At the close: queues the entry's removal (counted in flight) if it has one; false once the ring is broken. */
 bool perch__uring_fixed_leave(struct uring *u, struct perch__sock *s);

@@ -58,7 +58,7 @@ struct perch_loop_opts {
 				    * default there: stats.recv_bundles says whether). For
 				    * measuring, or a kernel whose bundles misbehave */
 	bool fixed_files_off;      /* io_uring: no registered file table. By default a
-				    * connection's socket enters the ring's table at its second
+				    * connection's socket enters the ring's table at its eighth
 				    * send, so its later sends, receives and polls skip the
 				    * kernel's fd lookup (Linux 6.13+: stats.fixed_files says
 				    * whether). For measuring (doc/loop.md, "Registered files") */
@@ -182,7 +182,7 @@ struct perch_loop_stats {
 	uint64_t bundle_bufs;        /* io_uring: receive buffers that came in completions of more than one */
 	uint64_t fixed_files;        /* io_uring: 1 when the ring has a registered file table
 				      * (Linux 6.13+, fixed_files_off not set) */
-	uint64_t fixed_sockets;      /* io_uring: sockets entered in the table (at a connection's second send) */
+	uint64_t fixed_sockets;      /* io_uring: sockets entered in the table (at a connection's eighth send) */
 	uint64_t fixed_refused;      /* io_uring: entries or removals the kernel refused (the socket
 				      * then keeps its plain fd; doc/loop.md, "Registered files") */
 };
