@@ -182,7 +182,9 @@ struct perch_loop_stats {
 	uint64_t bundle_bufs;        /* io_uring: receive buffers that came in completions of more than one */
 	uint64_t fixed_files;        /* io_uring: 1 when the ring has a registered file table
 				      * (Linux 6.13+, fixed_files_off not set) */
-	uint64_t fixed_sockets;      /* io_uring: sockets entered in the table (at a connection's eighth send) */
+	uint64_t fixed_sockets;      /* io_uring: sockets entered in the table (at a connection's
+				      * eighth send) since the loop was made: a running count,
+				      * not those in it now */
 	uint64_t fixed_refused;      /* io_uring: entries or removals the kernel refused (the socket
 				      * then keeps its plain fd; doc/loop.md, "Registered files") */
 };
