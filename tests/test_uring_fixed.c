@@ -199,6 +199,32 @@ static void with_fixed_files_off_they_go_by_the_fd_number(void **state)
 }
 
 /*
+ * An abort resets the connection at its close (SO_LINGER 0): the reset
+ * goes only when the close drops the socket's last reference, so only if
+ * the table let go of it first.
+ */
+static void an_aborted_connection_in_the_table_resets_its_peer(void **state)
+{
+	(void)state;
+	struct lu_loop l;
+	struct perch_loop_opts o = { .backend = PERCH_BACKEND_URING };
+	assert_int_equal(lu_start(&l, &o), 0);
+	struct pair p = pair_open(&l, TCP);
+	sends_seen(p.c, p.peer, "in", 8);
+	assert_int_equal(stats_once_fixed(&l, 1).fixed_sockets, 1);
+	assert_int_equal(perch_conn_abort(p.c), 0);
+	perch_conn_release(p.c);
+	struct pollfd pf = { .fd = p.peer, .events = POLLIN };
+	assert_int_equal(poll(&pf, 1, LU_TIMEOUT_MS), 1);
+	char b[8];
+	assert_int_equal(recv(p.peer, b, sizeof(b), MSG_DONTWAIT), -1);
+	assert_int_equal(errno, ECONNRESET);
+	perch_listener_close(p.ls);
+	close(p.peer);
+	assert_int_equal(lu_stop(&l), 0);
+}
+
+/*
  * The table covers the fds the soft RLIMIT_NOFILE allowed when the loop
  * was made: a socket given a higher fd (the limit raised since) is not
  * entered, and works as before.
@@ -282,6 +308,7 @@ int main(void)
 		cmocka_unit_test(a_single_shot_tcp_connections_receives_go_through_the_table),
 		cmocka_unit_test(a_unix_connections_sends_and_receives_go_through_the_table),
 		cmocka_unit_test(with_fixed_files_off_they_go_by_the_fd_number),
+		cmocka_unit_test(an_aborted_connection_in_the_table_resets_its_peer),
 		cmocka_unit_test(a_socket_past_the_table_keeps_its_plain_fd),
 		cmocka_unit_test(on_epoll_nothing_is_entered),
 	};
