@@ -61,6 +61,8 @@ void perch__uring_fixed_probe(struct uring *u, bool off)
  * and goes pays nothing.
  */
 #define FIXED_AT_SEND 8u
+_Static_assert(FIXED_AT_SEND >= 1 && FIXED_AT_SEND - 1 <= (F_SENDS_MASK >> F_SENDS_SHIFT),
+	       "the sends before the entry are counted in F_SENDS_MASK's bits");
 
 /*
  * Puts s's fd in the table at its own index, from the SQE queued here
@@ -72,7 +74,7 @@ void perch__uring_fixed_probe(struct uring *u, bool off)
 void perch__uring_fixed_enter(struct uring *u, struct perch__sock *s)
 {
 	struct usock *us = us_of(s);
-	if (us->flags & F_FIX_TRIED)
+	if (u->fixed_n == 0 || (us->flags & F_FIX_TRIED))
 		return;
 	if ((us->flags & F_SENDS_MASK) < ((FIXED_AT_SEND - 1) << F_SENDS_SHIFT)) {
 		us->flags += 1u << F_SENDS_SHIFT;
