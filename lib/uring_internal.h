@@ -259,7 +259,7 @@ void perch__uring_on_hangup(struct uring *u, struct perch__sock *s, int res);
 void perch__uring_fixed_probe(struct uring *u, bool off);
 /* Before a send's SQE is taken: at the socket's eighth, queues its entry in the table. */
 void perch__uring_fixed_enter(struct uring *u, struct perch__sock *s);
-/* At the close: queues the entry's removal (counted in flight) if it has one; false once the ring is broken. */
+/* At the close of a socket with an entry (F_FIXING or F_FIXED): queues its removal, counted in flight; false once the ring is broken. */
 bool perch__uring_fixed_leave(struct uring *u, struct perch__sock *s);
 /* The completions of the entry's update (`res` 1: done) and of its removal. */
 void perch__uring_on_fixed_set(struct perch__sock *s, int res);
