@@ -61,7 +61,7 @@ void perch__tls_fail_from_ssl(struct perch_tls *s, int ssl_error)
 	} else if (ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING ||
 		   (s->cin_eof && ssl_error == SSL_ERROR_SYSCALL)) {
 		perch__tls_fail(s, PERCH_TLS_TRUNCATED, "the peer ended the stream without close_notify");
-	} else if (ERR_peek_last_error() == 0) {
+	} else if (e == 0) {
 		char why[64];
 		snprintf(why, sizeof(why), "the TLS library failed without a reason (error %d)", ssl_error);
 		perch__tls_fail(s, -EPROTO, why);
