@@ -98,6 +98,23 @@ static inline int lu_on_loop(struct lu_loop *l, void (*fn)(void *), void *arg)
 	return rc;
 }
 
+/* ---- an io_uring test's first step ---- */
+
+/*
+ * An io_uring loop made on this thread, to see the kernel takes the ring
+ * (and read its probes' stats); NULL after a SKIP line when it refuses:
+ * the caller exits 77.
+ */
+static inline struct perch_loop *lu_uring_probe(void)
+{
+	struct perch_loop *probe;
+	struct perch_loop_opts o = { .backend = PERCH_BACKEND_URING };
+	if (perch_loop_new(&o, &probe) == 0)
+		return probe;
+	printf("SKIP: io_uring is refused here: nothing of this backend to test\n");
+	return NULL;
+}
+
 /* ---- connect from the test thread ---- */
 
 struct lu_connect {

@@ -116,12 +116,9 @@ static void with_recv_bundles_off_each_completion_takes_one_buffer(void **state)
 
 int main(void)
 {
-	struct perch_loop *probe;
-	struct perch_loop_opts o = { .backend = PERCH_BACKEND_URING };
-	if (perch_loop_new(&o, &probe) != 0) {
-		printf("SKIP: io_uring is refused here: nothing of this backend to test\n");
+	struct perch_loop *probe = lu_uring_probe();
+	if (!probe)
 		return 77;
-	}
 	perch_loop_free(probe);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(a_stream_that_queues_up_arrives_whole_in_bundles),

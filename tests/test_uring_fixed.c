@@ -290,12 +290,9 @@ static void on_epoll_nothing_is_entered(void **state)
 
 int main(void)
 {
-	struct perch_loop *probe;
-	struct perch_loop_opts o = { .backend = PERCH_BACKEND_URING };
-	if (perch_loop_new(&o, &probe) != 0) {
-		printf("SKIP: io_uring is refused here: nothing of this backend to test\n");
+	struct perch_loop *probe = lu_uring_probe();
+	if (!probe)
 		return 77;
-	}
 	struct perch_loop_stats st;
 	perch_loop_stats(probe, &st);
 	perch_loop_free(probe);

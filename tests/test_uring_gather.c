@@ -96,12 +96,9 @@ static void out_of_memory_for_the_gather_block_sends_a_buffer_at_a_time(void **s
 
 int main(void)
 {
-	struct perch_loop *probe;
-	struct perch_loop_opts o = { .backend = PERCH_BACKEND_URING };
-	if (perch_loop_new(&o, &probe) != 0) {
-		printf("SKIP: io_uring is refused here: nothing of this backend to test\n");
+	struct perch_loop *probe = lu_uring_probe();
+	if (!probe)
 		return 77;
-	}
 	perch_loop_free(probe);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(several_buffers_leave_in_order_gathered, setup, teardown),
