@@ -1,4 +1,4 @@
-/* lib/uring_internal.h: the io_uring backend's own state and what its files share (uring.c, uring_bufs.c, uring_ops.c, uring_enomem.c). */
+/* lib/uring_internal.h: the io_uring backend's own state and what its files share (uring.c, uring_bufs.c, uring_ops.c, uring_park.c, uring_fixed.c, uring_zc.c, uring_enomem.c). */
 #ifndef PERCH_LIB_URING_INTERNAL_H
 #define PERCH_LIB_URING_INTERNAL_H
 
@@ -244,12 +244,19 @@ void perch__uring_accept(struct perch__sock *s);
 void perch__uring_accept_pause(struct perch__sock *s);
 void perch__uring_connect(struct perch__sock *s);
 void perch__uring_close(struct perch__sock *s);
-void perch__uring_buf_release(struct perch_loop *loop, struct perch__rxseg *rs);
-/* Buffers came back: re-arms parked connections while the ring has buffers for them. */
-void perch__uring_serve_parked(struct uring *u);
+
 /* A recv CQE (`last`: no F_MORE) and a listener's accept CQE. */
 void perch__uring_on_recv(struct uring *u, struct perch__sock *s, int res, uint32_t flags, bool last);
 void perch__uring_on_accept(struct perch__sock *s, int res, bool last);
+
+/* ---- the ENOBUFS park list (lib/uring_park.c) ---- */
+
+/* backend.buf_release: a reader gave a buffer back; parked connections may take it. */
+void perch__uring_buf_release(struct perch_loop *loop, struct perch__rxseg *rs);
+/* Buffers came back: re-arms parked connections while the ring has buffers for them. */
+void perch__uring_serve_parked(struct uring *u);
+/* Parked with no recv in flight: a one-shot poll listens for the peer's end meanwhile (one at a time). */
+void perch__uring_watch_for_hangup(struct uring *u, struct perch__sock *s);
 /* The poll for a parked socket's peer ending completed with `res` (its events, or -errno). */
 void perch__uring_on_hangup(struct uring *u, struct perch__sock *s, int res);
 
