@@ -184,14 +184,29 @@ static inline size_t lu_copy(const struct perch_read_result *r, uint8_t *dst, si
 	return n;
 }
 
+/* Milliseconds on the monotonic clock. */
+static inline int64_t lu_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /*
- * Reads until `want` bytes (or a final state) with blocking waits.
+ * Reads until `want` bytes (or a final state) with blocking waits, for
+ * at most LU_TIMEOUT_MS in all (then timed_out): reads that keep
+ * returning without progress end too, not only a wait that never wakes.
  * Consumes what it copies. Bytes beyond `want` stay unconsumed.
  */
 static inline struct lu_end lu_read(struct perch_conn *c, uint8_t *dst, size_t want)
 {
 	struct lu_end e = { 0 };
+	int64_t deadline = lu_now_ms() + LU_TIMEOUT_MS;
 	while (e.got < want) {
+		if (lu_now_ms() > deadline) {
+			e.timed_out = true;
+			return e;
+		}
 		struct perch_read_result r;
 		struct perch_vtask_handle h;
 		int rc = perch_conn_read(c, &r, &h);
@@ -210,7 +225,11 @@ static inline struct lu_end lu_read(struct perch_conn *c, uint8_t *dst, size_t w
 			return e;
 		}
 		size_t n = lu_copy(&r, dst ? dst + e.got : NULL, want - e.got);
-		perch_conn_advance(c, n, n);
+		rc = perch_conn_advance(c, n, n);
+		if (rc != 0) {
+			e.error = rc;
+			return e;
+		}
 		e.got += n;
 		if (n == r.len && (r.completed || r.error || r.closed)) {
 			e.completed = r.completed;
