@@ -337,7 +337,9 @@ run_lane() {
 	tar -C "$scratch" -xf "$root/src.tar"
 	(cd "$scratch/b" && ../configure -q >/dev/null)
 	for name in ${lane_names[n]:-}; do
+		local start=$SECONDS
 		judge_one "$src/stress/mutants/$name.patch" >"$root/verdicts/$name" || : >"$root/missed/$name"
+		echo "$((SECONDS - start)) $name" >>"$root/seconds"
 	done
 }
 
@@ -399,11 +401,16 @@ done
 for patch in ${race_patches[@]+"${race_patches[@]}"}; do
 	total=$((total + 1))
 	name=$(basename "$patch" .patch)
+	start=$SECONDS
 	judge_one "$patch" >"$scratch/lanes/verdicts/$name" || {
 		missed=$((missed + 1)) missed_names="$missed_names $name"
 	}
+	echo "$((SECONDS - start)) $name" >>"$scratch/lanes/seconds"
 	cat "$scratch/lanes/verdicts/$name"
 done
+# Where the gate's time went: the slowest mutants (a hang caught only by a timeout shows here).
+echo "mutant gate: the slowest mutants (seconds to build and judge):"
+sort -rn "$scratch/lanes/seconds" | awk 'NR <= 8 { printf "  %4d s  %s\n", $1, $2 }'
 # The misses again, next to the count, so a log cut in the middle still shows them.
 for name in $missed_names; do
 	printf 'missed: '; cat "$scratch/lanes/verdicts/$name"
