@@ -605,10 +605,32 @@ static bool fail_fast_run(void)
 	return getenv("PERCH_STRESS_FAILFAST") && *getenv("PERCH_STRESS_FAILFAST") == '1';
 }
 
+/*
+ * PERCH_STRESS_SHARD=K/N: only every Nth race from the Kth (0-based), so
+ * N processes, each pinned to its own CPU, share one suite. false (with a
+ * line on stderr) when it is set and not two counts with K < N.
+ */
+static bool shard_of_run(unsigned *k, unsigned *n)
+{
+	const char *s = getenv("PERCH_STRESS_SHARD");
+	*k = 0;
+	*n = 1;
+	if (!s || !*s)
+		return true;
+	char tail;
+	if (sscanf(s, "%u/%u%c", k, n, &tail) == 2 && *n > 0 && *k < *n)
+		return true;
+	fprintf(stderr, "PERCH_STRESS_SHARD=%s is not K/N with K < N\n", s);
+	return false;
+}
+
 int race_main(int argc, char **argv, const struct race_def *const *defs, int n)
 {
 	const char *only = argc > 1 ? argv[1] : NULL;
-	int failed = 0, ran = 0;
+	int failed = 0, ran = 0, matched = 0;
+	unsigned shard, shards;
+	if (!shard_of_run(&shard, &shards))
+		return 2;
 	struct race_outcome out[128];
 	const struct race_def *which[128];
 	enum race_mode modes[128];
@@ -618,8 +640,13 @@ int race_main(int argc, char **argv, const struct race_def *const *defs, int n)
 	if (SCHEDULED)
 		printf("scheduled race suite: one actor runs at a time; seed %" PRIu64
 		       " (PERCH_RACE_SEED=%" PRIu64 " replays this run)\n\n", seed, seed);
+	if (shards > 1)
+		printf("shard %u of %u (PERCH_STRESS_SHARD=%u/%u): races %u, %u + %u, ... of those named\n\n",
+		       shard + 1, shards, shard, shards, shard + 1, shard + 1, shards);
 	for (int i = 0; i < n && ran < 126; i++) {
 		if (only && !strstr(defs[i]->name, only))
+			continue;
+		if (matched++ % shards != shard)
 			continue;
 		if (SCHEDULED && defs[i]->free_only) {
 			printf("%-44s free only: %s\n\n", defs[i]->name, defs[i]->free_only);
@@ -649,7 +676,7 @@ int race_main(int argc, char **argv, const struct race_def *const *defs, int n)
 			print_row(which[i]->name, row_suffix(modes[i]), out[i].rounds, out[i].overlaps,
 				  out[i].failures, out[i].passed);
 	}
-	if (ran == 0) {
+	if (matched == 0) {
 		fprintf(stderr, "no race matches '%s'\n", only ? only : "");
 		return 2;
 	}
