@@ -73,8 +73,12 @@ struct pair {
 
 enum kind { TCP, TCP_SINGLESHOT, UNIX };
 
-/* A TCP connection accepted by the loop (receiving multishot or single-shot), or a Unix socketpair's end adopted by it. */
-static struct pair pair_open(struct lu_loop *l, enum kind kind)
+/*
+ * A TCP connection accepted by the loop (receiving multishot or
+ * single-shot; sending referenced writes of zerocopy_min bytes or more
+ * zero-copy, 0 for the default), or a Unix socketpair's end adopted by it.
+ */
+static struct pair pair_open_zc(struct lu_loop *l, enum kind kind, size_t zerocopy_min)
 {
 	struct pair p = { .peer = -1 };
 	if (kind == UNIX) {
@@ -92,7 +96,8 @@ static struct pair pair_open(struct lu_loop *l, enum kind kind)
 	}
 	struct lu_catcher k = { 0 };
 	sem_init(&k.got, 0, 0);
-	struct perch_conn_opts co = { .recv_mode = kind == TCP ? PERCH_RECV_MULTISHOT : PERCH_RECV_SINGLESHOT };
+	struct perch_conn_opts co = { .recv_mode = kind == TCP ? PERCH_RECV_MULTISHOT : PERCH_RECV_SINGLESHOT,
+				      .zerocopy_min = zerocopy_min };
 	assert_int_equal(perch_listen(l->loop, "127.0.0.1", 0, &co, lu_catch_accept, &k, &p.ls), 0);
 	p.peer = lu_plain_connect_to(p.ls);
 	assert_true(p.peer >= 0);
@@ -100,6 +105,11 @@ static struct pair pair_open(struct lu_loop *l, enum kind kind)
 	sem_destroy(&k.got);
 	p.c = k.c;
 	return p;
+}
+
+static struct pair pair_open(struct lu_loop *l, enum kind kind)
+{
+	return pair_open_zc(l, kind, 0);
 }
 
 /* The socket's entry completes on the loop thread after the send's: waits (bounded) for the count. */
@@ -224,6 +234,100 @@ static void an_aborted_connection_in_the_table_resets_its_peer(void **state)
 	assert_int_equal(lu_stop(&l), 0);
 }
 
+static void released(void *arg, const void *data, size_t len)
+{
+	(void)data;
+	(void)len;
+	perch__faa_u32(arg, 1);
+}
+
+/*
+ * A zero-copy send goes through the table too: with a decoy at the
+ * connection's fd number, one by the fd would land on the decoy (a Unix
+ * socket, which refuses zero-copy sends).
+ */
+static void a_zero_copy_send_goes_through_the_table(void **state)
+{
+	(void)state;
+	enum { BIG = 256 * 1024 };
+	struct lu_loop l;
+	struct perch_loop_opts o = { .backend = PERCH_BACKEND_URING };
+	assert_int_equal(lu_start(&l, &o), 0);
+	struct pair p = pair_open_zc(&l, TCP, 4096);
+	sends_seen(p.c, p.peer, "zc", 8);
+	assert_int_equal(stats_once_fixed(&l, 1).fixed_sockets, 1);
+	bool zc = lu_stats(&l).zerocopy_available;
+
+	int decoy[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, decoy), 0);
+	assert_int_equal(dup2(decoy[0], perch_conn_fd(p.c)), perch_conn_fd(p.c));
+	close(decoy[0]);
+
+	char *out = malloc(BIG), *in = malloc(BIG);
+	assert_non_null(out);
+	assert_non_null(in);
+	for (size_t i = 0; i < BIG; i++)
+		out[i] = (char)(i * 7 + 1);
+	uint32_t releases = 0;
+	assert_int_equal(perch_conn_write_ref(p.c, out, BIG, released, &releases), 0);
+	assert_int_equal(lu_flush(p.c), 0);
+	assert_int_equal(read_within(p.peer, in, BIG, LU_TIMEOUT_MS), BIG);
+	assert_memory_equal(in, out, BIG);
+	assert_int_equal(read_within(decoy[1], in, 1, SHORT_MS), 0);
+
+	struct perch_loop_stats st = lu_stats(&l);
+	assert_int_equal(st.zerocopy_sends, zc ? 1 : 0);
+	assert_int_equal(st.zerocopy_refused, 0);
+	assert_int_equal(perch_conn_close(p.c), 0);
+	perch_conn_release(p.c);
+	assert_true(ends_within(p.peer, LU_TIMEOUT_MS));
+	for (int i = 0; i < LU_TIMEOUT_MS && perch__load_u32(&releases) == 0; i++)
+		usleep(1000);
+	assert_int_equal(perch__load_u32(&releases), 1);
+	perch_listener_close(p.ls);
+	close(p.peer);
+	close(decoy[1]);
+	assert_int_equal(lu_stop(&l), 0);
+	free(out);
+	free(in);
+}
+
+/* On the loop thread: the connection's eighth send, and its close in the same turn. */
+static void eighth_send_and_close(void *arg)
+{
+	struct perch_conn *c = arg;
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_conn_write(c, "8th", 3), 0);
+	assert_int_equal(perch_conn_flush(c, &h), PERCH_PENDING);
+	assert_int_equal(perch_conn_close(c), 0);
+}
+
+/*
+ * A close in the turn that asked for the socket's entry, before its
+ * completion: the removal is queued behind the entry all the same, so
+ * the table lets go of the socket and the peer sees the end.
+ */
+static void a_close_before_the_entry_completed_still_takes_it_out(void **state)
+{
+	(void)state;
+	struct lu_loop l;
+	struct perch_loop_opts o = { .backend = PERCH_BACKEND_URING };
+	int fds_before = lu_count_fds();
+	assert_int_equal(lu_start(&l, &o), 0);
+	struct pair p = pair_open(&l, TCP);
+	sends_seen(p.c, p.peer, "in", 7);
+	assert_int_equal(lu_on_loop(&l, eighth_send_and_close, p.c), 0);
+	perch_conn_release(p.c);
+	assert_true(ends_within(p.peer, LU_TIMEOUT_MS));
+	struct perch_loop_stats st = stats_once_fixed(&l, 1);
+	assert_int_equal(st.fixed_sockets, 1);
+	assert_int_equal(st.fixed_refused, 0);
+	perch_listener_close(p.ls);
+	close(p.peer);
+	assert_int_equal(lu_stop(&l), 0);
+	assert_int_equal(lu_count_fds(), fds_before);
+}
+
 /*
  * The table covers the fds the soft RLIMIT_NOFILE allowed when the loop
  * was made: a socket given a higher fd (the limit raised since) is not
@@ -306,6 +410,8 @@ int main(void)
 		cmocka_unit_test(a_unix_connections_sends_and_receives_go_through_the_table),
 		cmocka_unit_test(with_fixed_files_off_they_go_by_the_fd_number),
 		cmocka_unit_test(an_aborted_connection_in_the_table_resets_its_peer),
+		cmocka_unit_test(a_zero_copy_send_goes_through_the_table),
+		cmocka_unit_test(a_close_before_the_entry_completed_still_takes_it_out),
 		cmocka_unit_test(a_socket_past_the_table_keeps_its_plain_fd),
 		cmocka_unit_test(on_epoll_nothing_is_entered),
 	};
