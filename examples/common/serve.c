@@ -4,10 +4,12 @@
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdalign.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
@@ -532,6 +534,42 @@ static const char *listen_text(const struct serve_opts *o, int port, char *buf, 
 	return buf;
 }
 
+/* A loop's counters, read on its thread (perch_loop_stats is the loop thread's call). */
+static struct {
+	struct perch_loop_stats st;
+	int rc;
+	sem_t done;
+} stats_call;
+
+static void stats_on_loop(void *loop)
+{
+	stats_call.rc = perch_loop_stats(loop, &stats_call.st);
+	sem_post(&stats_call.done);
+}
+
+/*
+ * " (registered files)" when loop's io_uring has a file table for its
+ * sockets, " (no registered files)" when it has none, "" on epoll or when
+ * the loop did not answer within a second. Once, before the stop.
+ */
+static const char *files_text(struct perch_loop *loop)
+{
+	if (strcmp(perch_loop_backend_name(loop), "io_uring") != 0 || sem_init(&stats_call.done, 0, 0) != 0)
+		return "";
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 1;
+	stats_call.rc = -1;
+	if (perch_loop_post(loop, stats_on_loop, loop) != 0)
+		return "";
+	while (sem_timedwait(&stats_call.done, &until) != 0)
+		if (errno != EINTR)
+			return ""; /* the call may still run: stats_call is not the stack's */
+	if (stats_call.rc != 0)
+		return "";
+	return stats_call.st.fixed_files ? " (registered files)" : " (no registered files)";
+}
+
 int serve_main(int argc, char **argv, const char *prog, serve_start_fn start, serve_stop_fn stop)
 {
 	struct serve_opts o;
@@ -559,9 +597,10 @@ int serve_main(int argc, char **argv, const char *prog, serve_start_fn start, se
 	}
 	/* What the loop really runs: io_uring refused falls back to epoll (one line on stderr says why). */
 	char at[SERVE_HOST_MAX + 120];
-	printf("%s: listening on %s, %d thread%s, backend %s, idle timeout ", prog,
+	struct perch_loop *loop0 = perch_server_loop(srv->ps, 0);
+	printf("%s: listening on %s, %d thread%s, backend %s%s, idle timeout ", prog,
 	       listen_text(&o, serve_port(srv), at, sizeof(at)), o.threads, o.threads == 1 ? "" : "s",
-	       perch_loop_backend_name(perch_server_loop(srv->ps, 0)));
+	       perch_loop_backend_name(loop0), files_text(loop0));
 	if (o.idle_timeout_ms)
 		printf("%u ms", o.idle_timeout_ms);
 	else
