@@ -806,9 +806,12 @@ static void upstream_certificate_refused(void **state)
 	for (int i = 0; i < 2; i++) {
 		int cl = su_connect(f->port);
 		assert_true(cl >= 0);
-		assert_true(su_send_str(cl, "secret"));
-		assert_true(reads_reset(cl));
+		/* The refusal may reset the client before its send: then the send meets the reset. */
+		bool sent = su_send_str(cl, "secret");
+		int send_errno = errno;
+		bool reset = sent ? reads_reset(cl) : send_errno == ECONNRESET || send_errno == EPIPE;
 		close(cl);
+		assert_true(reset);
 	}
 }
 
