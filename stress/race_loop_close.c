@@ -76,6 +76,7 @@ struct lc_state {
 	struct perch_conn *peers[POOL];
 	uint32_t accepted;
 	uint32_t next;                 /* the pool entry the next round takes */
+	double finish_by;              /* lc_now_ms by which the loop must have finished with the batch */
 	struct perch_conn *c;          /* this round's connection */
 	uint32_t at;                   /* its pool index */
 	struct task_reader readers[POOL];    /* each round's listener lives until its batch is judged */
@@ -108,6 +109,15 @@ struct lc_state {
 };
 
 static bool judge_late(struct race *r, struct lc_state *s, uint32_t i);
+
+/* Milliseconds on the monotonic clock. */
+static double lc_now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
 static void map_peers(struct lc_state *s);
 
 static void lc_accept(struct perch_listener *ls, struct perch_conn *c, void *arg)
@@ -149,6 +159,7 @@ static void judge_batch(struct lc_state *s)
 {
 	if (s->order_race && s->race)
 		map_peers(s);
+	s->finish_by = lc_now_ms() + FINALIZE_WAIT_MS;
 	for (uint32_t i = 0; i < s->next && s->race; i++) {
 		if (!judge_late(s->race, s, i))
 			continue; /* leaked on purpose: freeing it could race the loop */
@@ -330,13 +341,6 @@ static uint8_t order_byte(uint64_t round, size_t i)
 	return (uint8_t)(round * 131u + i * 7u + 1u);
 }
 
-static double lc_now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
 static void lc_setup_order(void *p, uint64_t round)
 {
 	struct lc_state *s = p;
@@ -483,23 +487,28 @@ static void judge_zc_late(struct race *r, struct lc_state *s, uint32_t i)
 /*
  * The loop has finished with a connection when only the users' references
  * are left (the caller's, and a pipe adapter's): the socket left the table
- * and every send handed over got its send_done. False when that never
- * happened.
+ * and every send handed over got its send_done. False when that had not
+ * happened by *deadline (lc_now_ms), the batch's: a wait that ends in
+ * time renews it, so a slow loop gets FINALIZE_WAIT_MS from its last
+ * progress, and a batch with many connections it never finishes waits
+ * for them once, not once each.
  */
-static bool loop_finished(struct race *r, struct perch_conn *c, uint32_t users, uint64_t round)
+static bool loop_finished(struct race *r, struct perch_conn *c, uint32_t users, uint64_t round,
+			  double *deadline)
 {
 	unsigned spins = 0;
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	bool waited = false;
 	while (perch__load_u32(&c->refs) != users) {
+		waited = true;
 		race_spin_pause(&spins);
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > FINALIZE_WAIT_MS) {
+		if (lc_now_ms() > *deadline) {
 			race_fail(r, round, "the loop never finished with the connection (%u references left)",
 				  perch__load_u32(&c->refs));
 			return false;
 		}
 	}
+	if (waited)
+		*deadline = lc_now_ms() + FINALIZE_WAIT_MS;
 	return true;
 }
 
@@ -627,7 +636,7 @@ static bool judge_late(struct race *r, struct lc_state *s, uint32_t i)
 		return judge_order_late(r, s, i); /* still open: the loop has not finished with it */
 	/* The caller's reference, and a pipe adapter's. */
 	uint32_t users = 1 + (s->preaders[i] != NULL) + (s->pwriters[i] != NULL);
-	if (!loop_finished(r, s->pool[i], users, round))
+	if (!loop_finished(r, s->pool[i], users, round, &s->finish_by))
 		return false;
 	if (s->shut_race)
 		return judge_shut_late(r, s, i);
