@@ -13,9 +13,13 @@ Loads (loopback only; each client stops by itself, every tool runs under a timeo
   http-pipelined  the same, 16 requests written at once
   resp-P1         redis-benchmark -c 50 -P 1 -t RESP_TESTS (default ping_mbulk,set,get), RESP_N1 each
   resp-P16        the same at -P 16, RESP_N16 each
+  https-keepalive wrk -t1 -c50 over TLS, GET /plaintext (perch's httpd --tls-cert/--tls-key, nginx)
+  https-new       openssl s_time -new: a connection and a full TLS 1.2 handshake a request
+  resptls-P1      redis-benchmark --tls -c 50 -P 1 (perch's resp with TLS, redis-server --tls-port)
 
 SERVER (default perch: the example for the load, on io_uring) is a name run.sh knows:
-perch, perch-epoll, uring-baseline, epoll-baseline (echo loads), nginx (http), redis (resp).
+perch, perch-epoll, uring-baseline, epoll-baseline (echo loads), nginx (http, https), redis
+(resp, resptls).
 The echo servers run with the socket options run.sh gives them: Nagle's algorithm on (perch's
 echo with --nagle), or TCP_NODELAY on every one with ECHO_NODELAY=1.
 
@@ -136,6 +140,10 @@ server_cmd() {
 	http/nginx) echo "$NGINX" ;;
 	resp/perch) echo "$PERCH_RESP" ;;
 	resp/redis) echo "$REDIS" ;;
+	https/perch) echo "$PERCH_HTTPS" ;;
+	https/nginx) echo "$NGINX_TLS" ;;
+	resptls/perch) echo "$PERCH_RESP_TLS" ;;
+	resptls/redis) echo "$REDIS_TLS" ;;
 	esac
 }
 
@@ -147,6 +155,9 @@ run_client() { # load port
 	http-plain) client_http 1 "$2" ;;
 	http-pipelined) client_http 16 "$2" ;;
 	resp-P1 | resp-P16) client_resp_all "${1#resp-P}" "$2" ;;
+	https-keepalive) client_https "$2" ;;
+	https-new) client_handshakes new "$2" ;;
+	resptls-P1) client_resp_tls_all "$2" ;;
 	*) echo "profile.sh: unknown load '$1'" >&2; usage ;;
 	esac
 }
@@ -156,6 +167,16 @@ client_resp_all() { # pipeline port
 	local t total=0 req thr p99 errs=0 e
 	for t in ${RESP_TESTS//,/ }; do
 		read -r req thr p99 e <<<"$(client_resp "$t" "$1" "$2")"
+		total=$((total + req)) errs=$((errs + e))
+	done
+	echo "$total $thr $p99 $errs"
+}
+
+# The same over TLS, at -P 1.
+client_resp_tls_all() { # port
+	local t total=0 req thr p99 errs=0 e
+	for t in ${RESP_TESTS//,/ }; do
+		read -r req thr p99 e <<<"$(client_resp_tls "$t" "$1")"
 		total=$((total + req)) errs=$((errs + e))
 	done
 	echo "$total $thr $p99 $errs"
@@ -342,6 +363,7 @@ if [[ -n $QUOTA ]]; then
 fi
 
 for load in "$@"; do
+	[[ $load == https-* || $load == resptls-* ]] && tls_certs
 	cmd=$(server_cmd "$load")
 	[[ -n $cmd ]] || { echo "profile.sh: no server '$SERVER' for load '$load'" >&2; exit 2; }
 	runnable "$cmd" || { echo "profile.sh: '${cmd%% *}' is not built or not installed" >&2; exit 1; }
