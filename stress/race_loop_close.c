@@ -488,26 +488,26 @@ static void judge_zc_late(struct race *r, struct lc_state *s, uint32_t i)
  * The loop has finished with a connection when only the users' references
  * are left (the caller's, and a pipe adapter's): the socket left the table
  * and every send handed over got its send_done. False when that had not
- * happened by *deadline (lc_now_ms), the batch's: a wait that ends in
- * time renews it, so a slow loop gets FINALIZE_WAIT_MS from its last
- * progress, and a batch with many connections it never finishes waits
- * for them once, not once each.
+ * happened by *deadline (lc_now_ms), the batch's: each connection found
+ * finished renews it, so a slow loop (or a slow judge) gets
+ * FINALIZE_WAIT_MS from the last progress; the first connection the loop
+ * never finished sets it to 0, so the batch's others the loop never
+ * finished fail at once, not after FINALIZE_WAIT_MS each.
  */
 static bool loop_finished(struct race *r, struct perch_conn *c, uint32_t users, uint64_t round,
 			  double *deadline)
 {
 	unsigned spins = 0;
-	bool waited = false;
 	while (perch__load_u32(&c->refs) != users) {
-		waited = true;
 		race_spin_pause(&spins);
 		if (lc_now_ms() > *deadline) {
 			race_fail(r, round, "the loop never finished with the connection (%u references left)",
 				  perch__load_u32(&c->refs));
+			*deadline = 0;
 			return false;
 		}
 	}
-	if (waited)
+	if (*deadline > 0)
 		*deadline = lc_now_ms() + FINALIZE_WAIT_MS;
 	return true;
 }
