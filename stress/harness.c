@@ -618,7 +618,8 @@ static bool shard_of_run(unsigned *k, unsigned *n)
 	if (!s || !*s)
 		return true;
 	char tail;
-	if (sscanf(s, "%u/%u%c", k, n, &tail) == 2 && *n > 0 && *k < *n)
+	if (strspn(s, "0123456789/") == strlen(s) && sscanf(s, "%u/%u%c", k, n, &tail) == 2 && *n > 0 &&
+	    *k < *n)
 		return true;
 	fprintf(stderr, "PERCH_STRESS_SHARD=%s is not K/N with K < N\n", s);
 	return false;
@@ -680,6 +681,8 @@ int race_main(int argc, char **argv, const struct race_def *const *defs, int n)
 		fprintf(stderr, "no race matches '%s'\n", only ? only : "");
 		return 2;
 	}
+	if (ran == 0)
+		printf("(no race of shard %u of %u matches '%s')\n", shard + 1, shards, only ? only : "");
 	if (SCHEDULED)
 		printf("\nseed %" PRIu64 ": PERCH_RACE_SEED=%" PRIu64 " ./dev stress [NAME] replays this run\n", seed,
 		       seed);

@@ -376,6 +376,7 @@ for patch in ${test_patches[@]+"${test_patches[@]}"}; do
 	lane_names[n]="${lane_names[n]:-} $(basename "$patch" .patch)"
 done
 mkdir -p "$scratch/lanes/verdicts" "$scratch/lanes/missed"
+: >"$scratch/lanes/seconds"
 # The source as it is (no build trees), read once, before any lane writes.
 tar -C "$scratch" --exclude=./b --exclude=./b-asan --exclude=./lanes --exclude=./run.log \
 	--exclude=./build.log -cf "$scratch/lanes/src.tar" .
