@@ -211,8 +211,8 @@ static inline struct lu_end lu_read(struct perch_conn *c, uint8_t *dst, size_t w
 		struct perch_vtask_handle h;
 		int rc = perch_conn_read(c, &r, &h);
 		if (rc == PERCH_PENDING) {
-			int64_t v;
-			if (perch_vtask_wait(h, LU_TIMEOUT_MS, &v) != 0) {
+			int64_t v, left = deadline - lu_now_ms();
+			if (perch_vtask_wait(h, left > 0 ? (int)left : 1, &v) != 0) {
 				e.timed_out = true;
 				return e;
 			}

@@ -252,6 +252,7 @@ static void a_zero_copy_send_goes_through_the_table(void **state)
 	enum { BIG = 256 * 1024 };
 	struct lu_loop l;
 	struct perch_loop_opts o = { .backend = PERCH_BACKEND_URING };
+	int fds_before = lu_count_fds();
 	assert_int_equal(lu_start(&l, &o), 0);
 	struct pair p = pair_open_zc(&l, TCP, 4096);
 	sends_seen(p.c, p.peer, "zc", 8);
@@ -276,7 +277,10 @@ static void a_zero_copy_send_goes_through_the_table(void **state)
 	assert_int_equal(read_within(decoy[1], in, 1, SHORT_MS), 0);
 
 	struct perch_loop_stats st = lu_stats(&l);
-	assert_int_equal(st.zerocopy_sends, zc ? 1 : 0);
+	if (zc)
+		assert_true(st.zerocopy_sends >= 1); /* the kernel may take it in parts: each rest goes zero-copy too */
+	else
+		assert_int_equal(st.zerocopy_sends, 0);
 	assert_int_equal(st.zerocopy_refused, 0);
 	assert_int_equal(perch_conn_close(p.c), 0);
 	perch_conn_release(p.c);
@@ -288,18 +292,24 @@ static void a_zero_copy_send_goes_through_the_table(void **state)
 	close(p.peer);
 	close(decoy[1]);
 	assert_int_equal(lu_stop(&l), 0);
+	assert_int_equal(lu_count_fds(), fds_before);
 	free(out);
 	free(in);
 }
 
-/* On the loop thread: the connection's eighth send, and its close in the same turn. */
+/* On the loop thread: the connection's eighth send, and its close in the same turn; their results, checked after. */
+struct send_and_close {
+	struct perch_conn *c;
+	int write_rc, flush_rc, close_rc;
+};
+
 static void eighth_send_and_close(void *arg)
 {
-	struct perch_conn *c = arg;
+	struct send_and_close *a = arg;
 	struct perch_vtask_handle h;
-	assert_int_equal(perch_conn_write(c, "8th", 3), 0);
-	assert_int_equal(perch_conn_flush(c, &h), PERCH_PENDING);
-	assert_int_equal(perch_conn_close(c), 0);
+	a->write_rc = perch_conn_write(a->c, "8th", 3);
+	a->flush_rc = perch_conn_flush(a->c, &h);
+	a->close_rc = perch_conn_close(a->c);
 }
 
 /*
@@ -316,7 +326,11 @@ static void a_close_before_the_entry_completed_still_takes_it_out(void **state)
 	assert_int_equal(lu_start(&l, &o), 0);
 	struct pair p = pair_open(&l, TCP);
 	sends_seen(p.c, p.peer, "in", 7);
-	assert_int_equal(lu_on_loop(&l, eighth_send_and_close, p.c), 0);
+	struct send_and_close a = { .c = p.c };
+	assert_int_equal(lu_on_loop(&l, eighth_send_and_close, &a), 0);
+	assert_int_equal(a.write_rc, 0);
+	assert_int_equal(a.flush_rc, PERCH_PENDING);
+	assert_int_equal(a.close_rc, 0);
 	perch_conn_release(p.c);
 	assert_true(ends_within(p.peer, LU_TIMEOUT_MS));
 	struct perch_loop_stats st = stats_once_fixed(&l, 1);
