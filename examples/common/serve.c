@@ -1,4 +1,5 @@
 /* examples/common/serve.c: the examples' command line, and each connection driven as a pipe session by continuations on perch's server. */
+#define _GNU_SOURCE /* sem_clockwait */
 #include "serve.h"
 
 #include <errno.h>
@@ -550,19 +551,19 @@ static void stats_on_loop(void *loop)
 /*
  * " (registered files)" when loop's io_uring has a file table for its
  * sockets, " (no registered files)" when it has none, "" on epoll or when
- * the loop did not answer within a second. Once, before the stop.
+ * the loop did not answer within 5 s. Once, before the stop.
  */
 static const char *files_text(struct perch_loop *loop)
 {
 	if (strcmp(perch_loop_backend_name(loop), "io_uring") != 0 || sem_init(&stats_call.done, 0, 0) != 0)
 		return "";
 	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += 1;
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += 5;
 	stats_call.rc = -1;
 	if (perch_loop_post(loop, stats_on_loop, loop) != 0)
 		return "";
-	while (sem_timedwait(&stats_call.done, &until) != 0)
+	while (sem_clockwait(&stats_call.done, CLOCK_MONOTONIC, &until) != 0)
 		if (errno != EINTR)
 			return ""; /* the call may still run: stats_call is not the stack's */
 	if (stats_call.rc != 0)
