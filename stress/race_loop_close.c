@@ -76,7 +76,7 @@ struct lc_state {
 	struct perch_conn *peers[POOL];
 	uint32_t accepted;
 	uint32_t next;                 /* the pool entry the next round takes */
-	double finish_by;              /* lc_now_ms by which the loop must have finished with the batch */
+	double finish_by;              /* lu_now_ms by which the loop must have finished with the batch */
 	struct perch_conn *c;          /* this round's connection */
 	uint32_t at;                   /* its pool index */
 	struct task_reader readers[POOL];    /* each round's listener lives until its batch is judged */
@@ -109,14 +109,6 @@ struct lc_state {
 };
 
 static bool judge_late(struct race *r, struct lc_state *s, uint32_t i);
-
-/* Milliseconds on the monotonic clock. */
-static double lc_now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
 
 static void map_peers(struct lc_state *s);
 
@@ -159,7 +151,7 @@ static void judge_batch(struct lc_state *s)
 {
 	if (s->order_race && s->race)
 		map_peers(s);
-	s->finish_by = lc_now_ms() + FINALIZE_WAIT_MS;
+	s->finish_by = lu_now_ms() + FINALIZE_WAIT_MS;
 	for (uint32_t i = 0; i < s->next && s->race; i++) {
 		if (!judge_late(s->race, s, i))
 			continue; /* leaked on purpose: freeing it could race the loop */
@@ -361,9 +353,9 @@ static void lc_setup_order(void *p, uint64_t round)
 static void wait_for_the_send(void *p, uint64_t round)
 {
 	struct lc_state *s = p;
-	double deadline = lc_now_ms() + ORDER_SPIN_MS;
+	double deadline = lu_now_ms() + ORDER_SPIN_MS;
 	for (unsigned n = 0; !perch__load_u32(&s->flushers[s->at].deliveries); n++)
-		if ((n & 1023) == 1023 && lc_now_ms() > deadline)
+		if ((n & 1023) == 1023 && lu_now_ms() > deadline)
 			break;
 }
 
@@ -375,12 +367,12 @@ static void wait_for_the_send(void *p, uint64_t round)
 static void shutdown_once_it_may(void *p, uint64_t round)
 {
 	struct lc_state *s = p;
-	double deadline = lc_now_ms() + ORDER_SPIN_MS;
+	double deadline = lu_now_ms() + ORDER_SPIN_MS;
 	int rc;
 	for (unsigned n = 0; (rc = perch_conn_shutdown(s->c)) == -EBUSY; n++) {
 		if (perch__load_u32(&s->c->flush_armed))
 			s->saw_in_flight = true;
-		if ((n & 1023) == 1023 && lc_now_ms() > deadline)
+		if ((n & 1023) == 1023 && lu_now_ms() > deadline)
 			break;
 	}
 	s->shut_rc = rc;
@@ -473,8 +465,8 @@ static void close_at_once_or_once_sent(void *p, uint64_t round)
 static void judge_zc_late(struct race *r, struct lc_state *s, uint32_t i)
 {
 	struct lc_ref *ref = &s->refs[i];
-	double deadline = lc_now_ms() + FINALIZE_WAIT_MS;
-	while (perch__load_u32(&ref->releases) == 0 && lc_now_ms() < deadline)
+	double deadline = lu_now_ms() + FINALIZE_WAIT_MS;
+	while (perch__load_u32(&ref->releases) == 0 && lu_now_ms() < deadline)
 		usleep(100);
 	uint32_t n = perch__load_u32(&ref->releases);
 	if (n != 1)
@@ -488,7 +480,7 @@ static void judge_zc_late(struct race *r, struct lc_state *s, uint32_t i)
  * The loop has finished with a connection when only the users' references
  * are left (the caller's, and a pipe adapter's): the socket left the table
  * and every send handed over got its send_done. False when that had not
- * happened by *deadline (lc_now_ms), the batch's: each connection found
+ * happened by *deadline (lu_now_ms), the batch's: each connection found
  * finished renews it, so a slow loop (or a slow judge) gets
  * FINALIZE_WAIT_MS from the last progress; the first connection the loop
  * never finished sets it to 0, so the batch's others the loop never
@@ -500,7 +492,7 @@ static bool loop_finished(struct race *r, struct perch_conn *c, uint32_t users, 
 	unsigned spins = 0;
 	while (perch__load_u32(&c->refs) != users) {
 		race_spin_pause(&spins);
-		if (lc_now_ms() > *deadline) {
+		if (lu_now_ms() > *deadline) {
 			race_fail(r, round, "the loop never finished with the connection (%u references left)",
 				  perch__load_u32(&c->refs));
 			*deadline = 0;
@@ -508,7 +500,7 @@ static bool loop_finished(struct race *r, struct perch_conn *c, uint32_t users, 
 		}
 	}
 	if (*deadline > 0)
-		*deadline = lc_now_ms() + FINALIZE_WAIT_MS;
+		*deadline = lu_now_ms() + FINALIZE_WAIT_MS;
 	return true;
 }
 
@@ -598,8 +590,8 @@ static bool judge_order_late(struct race *r, struct lc_state *s, uint32_t i)
 	struct perch_conn *peer = peer_of(s, s->pool[i]);
 	size_t got = 0;
 	bool ended = false;
-	double deadline = lc_now_ms() + FINALIZE_WAIT_MS;
-	while (peer && !ended && lc_now_ms() < deadline) {
+	double deadline = lu_now_ms() + FINALIZE_WAIT_MS;
+	while (peer && !ended && lu_now_ms() < deadline) {
 		struct perch_read_result res;
 		if (perch_conn_try_read(peer, &res) != 0) {
 			usleep(100);

@@ -185,11 +185,11 @@ static inline size_t lu_copy(const struct perch_read_result *r, uint8_t *dst, si
 }
 
 /* Milliseconds on the monotonic clock. */
-static inline int64_t lu_now_ms(void)
+static inline double lu_now_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 /*
@@ -201,7 +201,7 @@ static inline int64_t lu_now_ms(void)
 static inline struct lu_end lu_read(struct perch_conn *c, uint8_t *dst, size_t want)
 {
 	struct lu_end e = { 0 };
-	int64_t deadline = lu_now_ms() + LU_TIMEOUT_MS;
+	double deadline = lu_now_ms() + LU_TIMEOUT_MS;
 	while (e.got < want) {
 		if (lu_now_ms() > deadline) {
 			e.timed_out = true;
@@ -211,8 +211,9 @@ static inline struct lu_end lu_read(struct perch_conn *c, uint8_t *dst, size_t w
 		struct perch_vtask_handle h;
 		int rc = perch_conn_read(c, &r, &h);
 		if (rc == PERCH_PENDING) {
-			int64_t v, left = deadline - lu_now_ms();
-			if (perch_vtask_wait(h, left > 0 ? (int)left : 1, &v) != 0) {
+			int64_t v;
+			double left = deadline - lu_now_ms();
+			if (perch_vtask_wait(h, left >= 1 ? (int)left : 1, &v) != 0) {
 				e.timed_out = true;
 				return e;
 			}

@@ -649,13 +649,6 @@ static void read_rx_state(void *p)
 	getsockopt(s->fd, SOL_SOCKET, SO_RCVBUF, &rp->rcvbuf, &len);
 }
 
-static double mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static void stalled_reader_pauses_recv_and_resuming_delivers_everything_in_order(enum perch_recv_mode mode)
 {
 	enum { N = 32 * 1024 * 1024, PAUSE = 64 * 1024, SOCKBUF = 64 * 1024, BUF = 16 * 1024,
@@ -671,17 +664,17 @@ static void stalled_reader_pauses_recv_and_resuming_delivers_everything_in_order
 	 */
 	struct rx_probe rp = { .c = st.k.c };
 	uint64_t written = 0;
-	double deadline = mono_ms() + LU_TIMEOUT_MS, since = mono_ms();
+	double deadline = lu_now_ms() + LU_TIMEOUT_MS, since = lu_now_ms();
 	bool blocked = false;
-	while (!blocked && mono_ms() < deadline) {
+	while (!blocked && lu_now_ms() < deadline) {
 		usleep(10 * 1000);
 		assert_int_equal(lu_on_loop(&st.l, read_rx_state, &rp), 0);
 		uint64_t now = perch__load_u64(&st.w.written);
 		if (now != written || !rp.paused) {
 			written = now;
-			since = mono_ms();
+			since = lu_now_ms();
 		}
-		blocked = rp.paused && written > 0 && mono_ms() - since >= STABLE_MS;
+		blocked = rp.paused && written > 0 && lu_now_ms() - since >= STABLE_MS;
 	}
 	print_message("mode %d: unconsumed %llu, written %llu, SO_RCVBUF %d\n", (int)mode,
 		      (unsigned long long)rp.unconsumed, (unsigned long long)written, rp.rcvbuf);
@@ -725,14 +718,14 @@ static struct rx_probe paused_and_still(struct lu_loop *l, struct perch_conn *c)
 {
 	struct rx_probe rp = { .c = c };
 	uint64_t last = UINT64_MAX;
-	double deadline = mono_ms() + LU_TIMEOUT_MS, since = mono_ms();
-	while (mono_ms() < deadline) {
+	double deadline = lu_now_ms() + LU_TIMEOUT_MS, since = lu_now_ms();
+	while (lu_now_ms() < deadline) {
 		usleep(10 * 1000);
 		assert_int_equal(lu_on_loop(l, read_rx_state, &rp), 0);
 		if (rp.unconsumed != last || !rp.paused) {
 			last = rp.unconsumed;
-			since = mono_ms();
-		} else if (mono_ms() - since >= 100) {
+			since = lu_now_ms();
+		} else if (lu_now_ms() - since >= 100) {
 			return rp;
 		}
 	}
@@ -1097,8 +1090,8 @@ static void hog_the_pool(struct hogged_pool *h, const struct perch_conn_opts *co
 	h->hog = h->k.c;
 	static uint8_t more_than_the_pool[2 * POOL_BUFS * POOL_BUF_SIZE];
 	assert_true(lu_write_all(h->hog_fd, more_than_the_pool, sizeof(more_than_the_pool)));
-	double t0 = mono_ms();
-	while (loop_stats(&h->l).enobufs_parks == 0 && mono_ms() - t0 < LU_TIMEOUT_MS)
+	double t0 = lu_now_ms();
+	while (loop_stats(&h->l).enobufs_parks == 0 && lu_now_ms() - t0 < LU_TIMEOUT_MS)
 		usleep(1000);
 	assert_true(loop_stats(&h->l).enobufs_parks > 0); /* every buffer is the hog's: it waits for more itself */
 }
@@ -1224,9 +1217,9 @@ static void dribble(struct lu_loop *l, int fd, struct perch_conn *c, const uint8
 {
 	uint64_t before = perch__load_u64(&c->rx_total);
 	assert_true(lu_write_all(fd, chunk, len));
-	double t0 = mono_ms();
+	double t0 = lu_now_ms();
 	bool arrived = false, paused = false;
-	while (!arrived && !paused && mono_ms() - t0 < LU_TIMEOUT_MS) {
+	while (!arrived && !paused && lu_now_ms() - t0 < LU_TIMEOUT_MS) {
 		usleep(500);
 		arrived = perch__load_u64(&c->rx_total) >= before + len;
 		paused = sock_view(l, c).paused;
@@ -1517,8 +1510,8 @@ static void a_quiet_loop_gives_back_the_pages_of_the_buffers_a_burst_used(void *
 	assert_int_equal(lu_on_loop(&oc.l, on_loop_nothing, NULL), 0); /* the posted releases ran */
 	int before = resident_buffers(bufs, nbufs, BUF), now = before;
 	uint64_t ring = loop_stats(&oc.l).ring_target, grown = ring;
-	double t0 = mono_ms();
-	while ((now > (uring ? WARM : 0) || ring > WARM) && mono_ms() - t0 < LU_TIMEOUT_MS) {
+	double t0 = lu_now_ms();
+	while ((now > (uring ? WARM : 0) || ring > WARM) && lu_now_ms() - t0 < LU_TIMEOUT_MS) {
 		usleep(50 * 1000);
 		now = resident_buffers(bufs, nbufs, BUF);
 		ring = loop_stats(&oc.l).ring_target;
@@ -1526,7 +1519,7 @@ static void a_quiet_loop_gives_back_the_pages_of_the_buffers_a_burst_used(void *
 	uint64_t given = lu_stats(&oc.l).bufs_given_back;
 	print_message("%s: %d buffers held; backed: %d once consumed, %d after %.0f ms; ring %" PRIu64 " then %" PRIu64
 		      "; %" PRIu64 " given back\n",
-		      perch_loop_backend_name(oc.l.loop), nbufs, before, now, mono_ms() - t0, grown, ring, given);
+		      perch_loop_backend_name(oc.l.loop), nbufs, before, now, lu_now_ms() - t0, grown, ring, given);
 	assert_true(nbufs >= HELD && before >= HELD);
 	assert_true(now <= (uring ? WARM : 0));
 	assert_true(ring <= WARM); /* io_uring: the ring grew for the burst, and is back to its warm size */
@@ -1561,8 +1554,8 @@ static void a_connection_waiting_for_a_receive_buffer_still_hears_its_peer_reset
 	assert_int_equal(perch_conn_advance(c, r.len, r.len), 0);
 	assert_int_equal(perch_conn_close(c), 0);
 	perch_conn_release(c);
-	double t0 = mono_ms();
-	while (lu_count_fds() != fds && mono_ms() - t0 < LU_TIMEOUT_MS)
+	double t0 = lu_now_ms();
+	while (lu_count_fds() != fds && lu_now_ms() - t0 < LU_TIMEOUT_MS)
 		usleep(1000);
 	assert_int_equal(lu_count_fds(), fds); /* the server's end is closed too */
 	hogged_pool_end(&h);
@@ -1597,8 +1590,8 @@ static void a_closed_listener_stops_listening_without_the_loops_free(void **stat
 		((struct sockaddr_in *)&a)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	assert_false(connect_refused(&a, len));
 	assert_int_equal(perch_listener_close(ls), 0);
-	double t0 = mono_ms();
-	while (!connect_refused(&a, len) && mono_ms() - t0 < LU_TIMEOUT_MS)
+	double t0 = lu_now_ms();
+	while (!connect_refused(&a, len) && lu_now_ms() - t0 < LU_TIMEOUT_MS)
 		usleep(10 * 1000);
 	assert_true(connect_refused(&a, len));
 	assert_int_equal(lu_stop(&l), 0);
@@ -1660,13 +1653,13 @@ static void a_burst_holding_more_buffers_than_the_ring_has_grows_it(void **state
 		fds[i] = lu_plain_connect_to(ls);
 		assert_true(fds[i] >= 0);
 	}
-	for (double t = mono_ms(); perch__load_u32(&k.n) < CONNS && mono_ms() - t < LU_TIMEOUT_MS;)
+	for (double t = lu_now_ms(); perch__load_u32(&k.n) < CONNS && lu_now_ms() - t < LU_TIMEOUT_MS;)
 		usleep(1000);
 	assert_int_equal(perch__load_u32(&k.n), CONNS);
 	for (int i = 0; i < CONNS; i++)
 		assert_true(lu_write_all(fds[i], data, LEN));
 	struct held_probe hp = { .k = &k, .n = CONNS };
-	for (double t = mono_ms(); mono_ms() - t < LU_TIMEOUT_MS; usleep(1000)) {
+	for (double t = lu_now_ms(); lu_now_ms() - t < LU_TIMEOUT_MS; usleep(1000)) {
 		assert_int_equal(lu_on_loop(&l, read_held, &hp), 0);
 		if (hp.unconsumed == (uint64_t)CONNS * LEN)
 			break;
@@ -1716,13 +1709,13 @@ static void a_ring_grown_by_a_burst_shrinks_back_once_quiet(void **state)
 	static uint8_t data[LEN];
 	for (int i = 0; i <= CONNS; i++)
 		assert_true((fds[i] = lu_plain_connect_to(ls)) >= 0);
-	for (double t = mono_ms(); perch__load_u32(&k.n) <= CONNS && mono_ms() - t < LU_TIMEOUT_MS;)
+	for (double t = lu_now_ms(); perch__load_u32(&k.n) <= CONNS && lu_now_ms() - t < LU_TIMEOUT_MS;)
 		usleep(1000);
 	assert_int_equal(perch__load_u32(&k.n), CONNS + 1);
 	for (int i = 0; i < CONNS; i++)
 		assert_true(lu_write_all(fds[i], data, LEN));
 	struct held_probe hp = { .k = &k, .n = CONNS };
-	for (double t = mono_ms(); hp.unconsumed < (uint64_t)CONNS * LEN && mono_ms() - t < LU_TIMEOUT_MS;
+	for (double t = lu_now_ms(); hp.unconsumed < (uint64_t)CONNS * LEN && lu_now_ms() - t < LU_TIMEOUT_MS;
 	     usleep(1000))
 		assert_int_equal(lu_on_loop(&l, read_held, &hp), 0);
 	assert_true(hp.ring_target >= 256);
@@ -2536,10 +2529,10 @@ static void a_connect_that_gets_no_answer_times_out_once_and_its_socket_is_close
 	struct timed_connect k = { .result = 1 };
 	sem_init(&k.done, 0, 0);
 	struct perch_conn_opts o = { .connect_timeout_ms = 100 };
-	double t0 = mono_ms();
+	double t0 = lu_now_ms();
 	assert_int_equal(perch_connect(l.loop, "127.0.0.1", port, &o, timed_connected, &k), 0);
 	assert_int_equal(lu_sem_wait(&k.done, LU_TIMEOUT_MS), 0);
-	assert_true(mono_ms() - t0 >= 100); /* never before its time */
+	assert_true(lu_now_ms() - t0 >= 100); /* never before its time */
 	assert_null(k.c);
 	assert_int_equal(k.result, -ETIMEDOUT);
 	assert_true(fds_back_to(fds));
