@@ -208,6 +208,17 @@ static void with_fixed_files_off_they_go_by_the_fd_number(void **state)
 	through_the_table(UNIX, true);
 }
 
+/* An io_uring loop started in *l, and a TCP connection on it that entered the table (eight sends). */
+static struct pair entered_pair(struct lu_loop *l, size_t zerocopy_min)
+{
+	struct perch_loop_opts o = { .backend = PERCH_BACKEND_URING };
+	assert_int_equal(lu_start(l, &o), 0);
+	struct pair p = pair_open_zc(l, TCP, zerocopy_min);
+	sends_seen(p.c, p.peer, "in", 8);
+	assert_int_equal(stats_once_fixed(l, 1).fixed_sockets, 1);
+	return p;
+}
+
 /*
  * An abort resets the connection at its close (SO_LINGER 0): the reset
  * goes only when the close drops the socket's last reference, so only if
@@ -217,11 +228,7 @@ static void an_aborted_connection_in_the_table_resets_its_peer(void **state)
 {
 	(void)state;
 	struct lu_loop l;
-	struct perch_loop_opts o = { .backend = PERCH_BACKEND_URING };
-	assert_int_equal(lu_start(&l, &o), 0);
-	struct pair p = pair_open(&l, TCP);
-	sends_seen(p.c, p.peer, "in", 8);
-	assert_int_equal(stats_once_fixed(&l, 1).fixed_sockets, 1);
+	struct pair p = entered_pair(&l, 0);
 	assert_int_equal(perch_conn_abort(p.c), 0);
 	perch_conn_release(p.c);
 	struct pollfd pf = { .fd = p.peer, .events = POLLIN };
@@ -251,12 +258,8 @@ static void a_zero_copy_send_goes_through_the_table(void **state)
 	(void)state;
 	enum { BIG = 256 * 1024 };
 	struct lu_loop l;
-	struct perch_loop_opts o = { .backend = PERCH_BACKEND_URING };
 	int fds_before = lu_count_fds();
-	assert_int_equal(lu_start(&l, &o), 0);
-	struct pair p = pair_open_zc(&l, TCP, 4096);
-	sends_seen(p.c, p.peer, "zc", 8);
-	assert_int_equal(stats_once_fixed(&l, 1).fixed_sockets, 1);
+	struct pair p = entered_pair(&l, 4096);
 	bool zc = lu_stats(&l).zerocopy_available;
 
 	int decoy[2];
