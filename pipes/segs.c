@@ -63,6 +63,16 @@ static bool cursor_at(struct perch_cursor *c, const struct perch_read_result *r,
 
 size_t perch_segs_copy(const struct perch_read_result *r, size_t from, void *dst, size_t n)
 {
+	if (from >= r->len || n == 0)
+		return 0;
+	if (n > r->len - from)
+		n = r->len - from;
+	/* Most copies lie inside the first segment: one memcpy, no cursor. */
+	const struct perch_seg *first = r->first;
+	if (first && r->first_off + from + n <= first->len) {
+		memcpy(dst, first->data + r->first_off + from, n);
+		return n;
+	}
 	struct perch_cursor c;
 	if (!cursor_at(&c, r, from))
 		return 0;
