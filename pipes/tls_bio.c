@@ -66,6 +66,20 @@ static int next_result(struct perch_tls *s)
 	return -EPIPE;
 }
 
+bool perch__tls_read_would_wait(struct perch_tls *s)
+{
+	if (s->cin_have && s->cin_off < s->cin.len)
+		return false;
+	/* Taken now, the result is what OpenSSL's read would take first. */
+	int rc = s->cin_parked ? -EAGAIN : next_result(s);
+	if (rc != -EAGAIN)
+		return false;   /* bytes, or an end that OpenSSL must see */
+	if (SSL_has_pending(s->ssl) || SSL_in_init(s->ssl))
+		return false;
+	s->want_input = true;
+	return true;
+}
+
 static int bio_read(BIO *b, char *out, int len)
 {
 	struct perch_tls *s = BIO_get_data(b);

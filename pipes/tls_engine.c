@@ -194,6 +194,8 @@ static struct perch_seg *seg_of(size_t n)
 /* One segment of decrypted bytes for the plaintext reader; false when none came. */
 static bool decrypt_one(struct perch_tls *s)
 {
+	if (perch__tls_read_would_wait(s))
+		return false;   /* OpenSSL's read and its error queue would cost more than the check */
 	struct perch_seg *into = record_seg();
 	if (!into) {
 		perch__tls_fail(s, -ENOMEM, "no memory for decrypted bytes");

@@ -123,6 +123,13 @@ SSL_SESSION *perch__tls_ctx_cached(struct perch_tls_ctx *ctx, const char *name);
 /* ---- pipes/tls_bio.c ---- */
 /* A BIO that reads the session's ciphertext reader and writes its writer. NULL on ENOMEM. */
 BIO *perch__tls_bio_new(struct perch_tls *s);
+/*
+ * Whether a read of OpenSSL's could only ask for ciphertext that is not
+ * there: it holds no bytes, no handshake message of its own is under way,
+ * and the reader has nothing new (or its read is parked). Then want_input
+ * is set, as that read would have set it. Loop thread, in the engine.
+ */
+bool perch__tls_read_would_wait(struct perch_tls *s);
 
 /* ---- pipes/tls_session.c ---- */
 /* The session was freed and its last ciphertext flush ended (or its time ran out): after() runs. */
