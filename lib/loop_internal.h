@@ -140,9 +140,15 @@ void perch__op_release_seg(struct perch_seg *seg);
 struct perch_seg *perch__op_tail_seg(struct perch_seg *first, size_t len);
 /* Any thread: hands a staged chain to the loop to send (lib/send.c). */
 void perch__op_send(struct perch_conn *c, struct perch__txbuf *chain);
-/* Any thread: a pooled staging buffer on the loop thread (new if the pool is empty), else NULL (lib/send.c). */
+/*
+ * Any thread: a pooled staging buffer of PERCH__TXBUF_CAP on the loop's
+ * thread (new if the pool is empty), else NULL (lib/send.c).
+ */
+struct perch__txbuf *perch__loop_txbuf_get(struct perch_loop *loop);
+/* Any thread: true when the pool took b back (loop thread, room left); else the caller frees it. */
+bool perch__loop_txbuf_put(struct perch_loop *loop, struct perch__txbuf *b);
+/* The two above for a socket's connection: its loop's pool. */
 struct perch__txbuf *perch__op_txbuf_get(struct perch_conn *c);
-/* Any thread: true when the pool took b back (loop thread, room left); else the caller frees it (lib/send.c). */
 bool perch__op_txbuf_put(struct perch_conn *c, struct perch__txbuf *b);
 /* perch_loop_free: frees the staging pool (lib/send.c). */
 void perch__txbuf_pool_free(struct perch_loop *loop);

@@ -164,9 +164,8 @@ static struct perch_loop *loop_of_conn(struct perch_conn *c)
  * the pool is empty (so that it comes back to the pool: a write the core
  * would give one bigger buffer of its own never would).
  */
-struct perch__txbuf *perch__op_txbuf_get(struct perch_conn *c)
+struct perch__txbuf *perch__loop_txbuf_get(struct perch_loop *loop)
 {
-	struct perch_loop *loop = loop_of_conn(c);
 	if (!perch__loop_is_current(loop))
 		return NULL;
 	struct perch__txbuf *b = loop->txbuf_pool;
@@ -177,15 +176,24 @@ struct perch__txbuf *perch__op_txbuf_get(struct perch_conn *c)
 	return b;
 }
 
-bool perch__op_txbuf_put(struct perch_conn *c, struct perch__txbuf *b)
+bool perch__loop_txbuf_put(struct perch_loop *loop, struct perch__txbuf *b)
 {
-	struct perch_loop *loop = loop_of_conn(c);
 	if (!perch__loop_is_current(loop) || loop->txbuf_pooled >= PERCH__TXBUF_POOL_MAX)
 		return false;
 	b->next = loop->txbuf_pool;
 	loop->txbuf_pool = b;
 	loop->txbuf_pooled++;
 	return true;
+}
+
+struct perch__txbuf *perch__op_txbuf_get(struct perch_conn *c)
+{
+	return perch__loop_txbuf_get(loop_of_conn(c));
+}
+
+bool perch__op_txbuf_put(struct perch_conn *c, struct perch__txbuf *b)
+{
+	return perch__loop_txbuf_put(loop_of_conn(c), b);
 }
 
 void perch__txbuf_pool_free(struct perch_loop *loop)

@@ -111,6 +111,17 @@ static void tls_end_of_writes(struct perch_conn *c)
 		perch__tls_kick_later(s);
 }
 
+/* The plaintext writer stages in its loop's pool, as a socket's does: the engine runs there. */
+static struct perch__txbuf *tls_txbuf_get(struct perch_conn *c)
+{
+	return perch__loop_txbuf_get(((struct perch_tls *)c->transport)->loop);
+}
+
+static bool tls_txbuf_put(struct perch_conn *c, struct perch__txbuf *b)
+{
+	return perch__loop_txbuf_put(((struct perch_tls *)c->transport)->loop, b);
+}
+
 static void tls_destroy(struct perch_conn *c)
 {
 	free(c->transport);
@@ -123,6 +134,8 @@ static const struct perch__transport_ops tls_ops = {
 	.destroy = tls_destroy,
 	.consumed = tls_consumed,
 	.end_of_writes = tls_end_of_writes,
+	.txbuf_get = tls_txbuf_get,
+	.txbuf_put = tls_txbuf_put,
 };
 
 /* ---- handshake deadline ---- */

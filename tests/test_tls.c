@@ -17,6 +17,8 @@
 #include <perch/tls.h>
 
 #include "both_backends.h"
+#include "loop_internal.h"
+#include "tls_internal.h"
 #include "tls_test_certs.h"
 
 static int backend;
@@ -892,6 +894,64 @@ static void plaintext_ends_used_off_the_loop_thread_lose_nothing(void **state)
 	pair_free(p);
 }
 
+/* ---- the plaintext writer stages in its loop's pool ---- */
+
+struct pool_write {
+	struct perch_tls *t;
+	struct perch_loop *loop;
+	struct perch__txbuf *head;     /* the pool's first buffer, before the write */
+	struct perch__txbuf *staged;   /* where the write staged */
+	int rc;
+	struct perch_vtask_handle h;
+	bool done;
+};
+
+/* On the loop thread: one write and its flush, and where it staged. */
+static void write_on_the_loop(void *arg)
+{
+	struct pool_write *w = arg;
+	w->head = w->loop->txbuf_pool;
+	w->rc = perch_pipe_write(perch_tls_writer(w->t), "pooled", 6);
+	w->staged = w->t->plain->staged_head;
+	if (w->rc == 0)
+		w->rc = perch_pipe_flush(perch_tls_writer(w->t), &w->h);
+	__atomic_store_n(&w->done, true, __ATOMIC_RELEASE);
+}
+
+static bool pool_write_done(void *arg)
+{
+	struct pool_write *w = arg;
+	return __atomic_load_n(&w->done, __ATOMIC_ACQUIRE) &&
+	       (w->rc != PERCH_PENDING || perch_vtask_status(w->h) != PERCH_PENDING);
+}
+
+static void pool_write(struct pair *p, struct pool_write *w)
+{
+	*w = (struct pool_write){.t = p->server, .loop = p->loop};
+	assert_int_equal(perch_loop_post(p->loop, write_on_the_loop, w), 0);
+	assert_true(turn_until(p->loop, pool_write_done, w));
+	int64_t result = 0;
+	if (w->rc == PERCH_PENDING)
+		assert_int_equal(perch_vtask_result(w->h, &result), 0);
+	assert_true(w->rc == 0 || (w->rc == PERCH_PENDING && result == 0));
+	assert_reads(p, p->client, "pooled");
+}
+
+static void a_plaintext_write_on_the_loop_stages_in_its_pool(void **state)
+{
+	struct pair *p = pair_new("server", "ca.pem", "localhost");
+	assert_true(turn_until(p->loop, both_established, p));
+	struct pool_write first, second;
+	pool_write(p, &first);
+	/* The first flush's buffer went back to the pool once its records left, */
+	pool_write(p, &second);
+	assert_non_null(second.head);
+	assert_ptr_equal(second.head, first.staged);
+	/* and the next write staged in it, not in a buffer of its own. */
+	assert_ptr_equal(second.staged, second.head);
+	pair_free(p);
+}
+
 static void bad_contexts_are_refused_saying_why(void **state)
 {
 	struct perch_tls_ctx *ctx = NULL;
@@ -962,6 +1022,7 @@ int main(void)
 		cmocka_unit_test(a_reader_that_never_reads_holds_the_writer_back),
 		cmocka_unit_test(a_server_context_from_pem_in_memory_serves_a_handshake),
 		cmocka_unit_test(plaintext_ends_used_off_the_loop_thread_lose_nothing),
+		cmocka_unit_test(a_plaintext_write_on_the_loop_stages_in_its_pool),
 		cmocka_unit_test(a_tls_server_echoes_a_perch_client_over_tcp),
 		cmocka_unit_test(a_server_refuses_a_client_context_and_keeps_nothing),
 		cmocka_unit_test(bad_contexts_are_refused_saying_why),
