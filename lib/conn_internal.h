@@ -93,6 +93,13 @@ struct perch__transport_ops {
 	struct perch__txbuf *(*txbuf_get)(struct perch_conn *c);
 	bool (*txbuf_put)(struct perch_conn *c, struct perch__txbuf *b);
 	/*
+	 * With a pool: the largest write staged across pooled buffers (0: 64
+	 * KiB); a bigger one gets one buffer of its own size. A transport that
+	 * cuts its sends at buffer ends (TLS: one record a buffer) sets
+	 * PERCH__TXBUF_CAP, so that a write of up to a record stays one.
+	 */
+	uint32_t txbuf_pooled_max;
+	/*
 	 * Optional: the pipe writer over this connection completed
 	 * (perch_pipe_writer_complete; the writer's thread): a layer ends its
 	 * stream (TLS sends close_notify). A socket's connection stays open.

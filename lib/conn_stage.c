@@ -53,7 +53,8 @@ void perch__conn_free_chain(struct perch__txbuf *b)
 
 struct perch__txbuf *perch__txbuf_alloc(struct perch_conn *c, size_t room, size_t want)
 {
-	if (room <= PERCH__TXBUF_CAP && want <= TXBUF_POOLED_WRITE_MAX && c->ops->txbuf_get) {
+	uint32_t pooled_max = c->ops->txbuf_pooled_max ? c->ops->txbuf_pooled_max : TXBUF_POOLED_WRITE_MAX;
+	if (room <= PERCH__TXBUF_CAP && want <= pooled_max && c->ops->txbuf_get) {
 		struct perch__txbuf *b = c->ops->txbuf_get(c);
 		if (b)
 			return b;

@@ -136,6 +136,7 @@ static const struct perch__transport_ops tls_ops = {
 	.end_of_writes = tls_end_of_writes,
 	.txbuf_get = tls_txbuf_get,
 	.txbuf_put = tls_txbuf_put,
+	.txbuf_pooled_max = PERCH__TXBUF_CAP,   /* the engine makes a record of each buffer */
 };
 
 /* ---- handshake deadline ---- */

@@ -899,6 +899,8 @@ static void plaintext_ends_used_off_the_loop_thread_lose_nothing(void **state)
 struct pool_write {
 	struct perch_tls *t;
 	struct perch_loop *loop;
+	const void *data;
+	size_t len;
 	struct perch__txbuf *head;     /* the pool's first buffer, before the write */
 	struct perch__txbuf *staged;   /* where the write staged */
 	int rc;
@@ -911,7 +913,7 @@ static void write_on_the_loop(void *arg)
 {
 	struct pool_write *w = arg;
 	w->head = w->loop->txbuf_pool;
-	w->rc = perch_pipe_write(perch_tls_writer(w->t), "pooled", 6);
+	w->rc = perch_pipe_write(perch_tls_writer(w->t), w->data, w->len);
 	w->staged = w->t->plain->staged_head;
 	if (w->rc == 0)
 		w->rc = perch_pipe_flush(perch_tls_writer(w->t), &w->h);
@@ -925,16 +927,16 @@ static bool pool_write_done(void *arg)
 	       (w->rc != PERCH_PENDING || perch_vtask_status(w->h) != PERCH_PENDING);
 }
 
-static void pool_write(struct pair *p, struct pool_write *w)
+/* The server writes and flushes `len` bytes on its loop's thread. */
+static void pool_write(struct pair *p, struct pool_write *w, const void *data, size_t len)
 {
-	*w = (struct pool_write){.t = p->server, .loop = p->loop};
+	*w = (struct pool_write){.t = p->server, .loop = p->loop, .data = data, .len = len};
 	assert_int_equal(perch_loop_post(p->loop, write_on_the_loop, w), 0);
 	assert_true(turn_until(p->loop, pool_write_done, w));
 	int64_t result = 0;
 	if (w->rc == PERCH_PENDING)
 		assert_int_equal(perch_vtask_result(w->h, &result), 0);
 	assert_true(w->rc == 0 || (w->rc == PERCH_PENDING && result == 0));
-	assert_reads(p, p->client, "pooled");
 }
 
 static void a_plaintext_write_on_the_loop_stages_in_its_pool(void **state)
@@ -942,13 +944,43 @@ static void a_plaintext_write_on_the_loop_stages_in_its_pool(void **state)
 	struct pair *p = pair_new("server", "ca.pem", "localhost");
 	assert_true(turn_until(p->loop, both_established, p));
 	struct pool_write first, second;
-	pool_write(p, &first);
+	pool_write(p, &first, "pooled", 6);
+	assert_reads(p, p->client, "pooled");
 	/* The first flush's buffer went back to the pool once its records left, */
-	pool_write(p, &second);
+	pool_write(p, &second, "pooled", 6);
+	assert_reads(p, p->client, "pooled");
 	assert_non_null(second.head);
 	assert_ptr_equal(second.head, first.staged);
 	/* and the next write staged in it, not in a buffer of its own. */
 	assert_ptr_equal(second.staged, second.head);
+	pair_free(p);
+}
+
+/* The engine makes a record of each staged buffer: a record's worth is not cut into the pool's. */
+static void a_record_sized_write_on_the_loop_leaves_as_one_record(void **state)
+{
+	enum { RECORD = 16384 };
+	struct pair *p = pair_new("server", "ca.pem", "localhost");
+	assert_true(turn_until(p->loop, both_established, p));
+	uint8_t *out = malloc(RECORD), *in = malloc(RECORD);
+	for (size_t i = 0; i < RECORD; i++)
+		out[i] = pattern(i);
+	struct pool_write w;
+	pool_write(p, &w, "warm", 4);   /* a buffer in the pool, as on a busy loop */
+	assert_reads(p, p->client, "warm");
+	pool_write(p, &w, out, RECORD);
+	/* The client decrypts each record into a segment of its own: one segment, all of it. */
+	struct perch_read_result r;
+	double end = now_ms() + 5000;
+	while (perch_pipe_try_read(perch_tls_reader(p->client), &r) != 0 && now_ms() < end)
+		perch_loop_run_once(p->loop, 5);
+	assert_int_equal(r.len, RECORD);
+	assert_int_equal(r.first->len - r.first_off, RECORD);
+	assert_int_equal(perch_segs_copy(&r, 0, in, RECORD), RECORD);
+	assert_memory_equal(in, out, RECORD);
+	assert_int_equal(perch_pipe_advance_to(perch_tls_reader(p->client), RECORD, RECORD), 0);
+	free(out);
+	free(in);
 	pair_free(p);
 }
 
@@ -1023,6 +1055,7 @@ int main(void)
 		cmocka_unit_test(a_server_context_from_pem_in_memory_serves_a_handshake),
 		cmocka_unit_test(plaintext_ends_used_off_the_loop_thread_lose_nothing),
 		cmocka_unit_test(a_plaintext_write_on_the_loop_stages_in_its_pool),
+		cmocka_unit_test(a_record_sized_write_on_the_loop_leaves_as_one_record),
 		cmocka_unit_test(a_tls_server_echoes_a_perch_client_over_tcp),
 		cmocka_unit_test(a_server_refuses_a_client_context_and_keeps_nothing),
 		cmocka_unit_test(bad_contexts_are_refused_saying_why),
