@@ -972,8 +972,10 @@ static void a_record_sized_write_on_the_loop_leaves_as_one_record(void **state)
 	/* The client decrypts each record into a segment of its own: one segment, all of it. */
 	struct perch_read_result r;
 	double end = now_ms() + 5000;
-	while (perch_pipe_try_read(perch_tls_reader(p->client), &r) != 0 && now_ms() < end)
+	int rc;
+	while ((rc = perch_pipe_try_read(perch_tls_reader(p->client), &r)) != 0 && now_ms() < end)
 		perch_loop_run_once(p->loop, 5);
+	assert_int_equal(rc, 0);
 	assert_int_equal(r.len, RECORD);
 	assert_int_equal(r.first->len - r.first_off, RECORD);
 	assert_int_equal(perch_segs_copy(&r, 0, in, RECORD), RECORD);
@@ -981,6 +983,48 @@ static void a_record_sized_write_on_the_loop_leaves_as_one_record(void **state)
 	assert_int_equal(perch_pipe_advance_to(perch_tls_reader(p->client), RECORD, RECORD), 0);
 	free(out);
 	free(in);
+	pair_free(p);
+}
+
+/*
+ * OpenSSL may hold whole records the engine gave it (with read-ahead, one
+ * BIO read takes all there is): once decryption resumes, they are read
+ * though no new ciphertext comes.
+ */
+static void records_openssl_holds_are_read_without_more_ciphertext(void **state)
+{
+	struct pair *p = calloc(1, sizeof(*p));
+	pair_loop(p);
+	p->sctx = server_ctx("server", "http/1.1");
+	p->cctx = client_ctx("ca.pem", "http/1.1");
+	struct perch_pipe_reader *cr, *sr;
+	struct perch_pipe_writer *cw, *sw;
+	cross(&cr, &cw, &sr, &sw);
+	struct perch_tls_opts so = {.pause_bytes = 100};
+	struct perch_tls_opts co = {.server_name = "localhost"};
+	assert_int_equal(perch_tls_new(p->sctx, p->loop, sr, sw, &so, &p->server), 0);
+	assert_int_equal(perch_tls_new(p->cctx, p->loop, cr, cw, &co, &p->client), 0);
+	assert_true(turn_until(p->loop, both_established, p));
+	SSL_set_read_ahead(p->server->ssl, 1);
+	enum { EACH = 1000, N = 4 };
+	uint8_t out[N * EACH], in[N * EACH];
+	for (size_t i = 0; i < sizeof(out); i++)
+		out[i] = pattern(i);
+	/*
+	 * The first record, unread, pauses the server's decryption: the next
+	 * three wait in its ciphertext reader as one result, and OpenSSL's
+	 * read-ahead takes them all at once when decryption resumes.
+	 */
+	for (int i = 0; i < N; i++)
+		assert_int_equal(write_flush(p, p->client, out + i * EACH, EACH), 0);
+	size_t got = 0;
+	while (got < sizeof(in)) {
+		struct got g = read_some(p, p->server, in + got, EACH);
+		assert_int_equal(g.error, 0);
+		assert_false(g.completed);
+		got += g.len;
+	}
+	assert_memory_equal(in, out, sizeof(out));
 	pair_free(p);
 }
 
@@ -1056,6 +1100,7 @@ int main(void)
 		cmocka_unit_test(plaintext_ends_used_off_the_loop_thread_lose_nothing),
 		cmocka_unit_test(a_plaintext_write_on_the_loop_stages_in_its_pool),
 		cmocka_unit_test(a_record_sized_write_on_the_loop_leaves_as_one_record),
+		cmocka_unit_test(records_openssl_holds_are_read_without_more_ciphertext),
 		cmocka_unit_test(a_tls_server_echoes_a_perch_client_over_tcp),
 		cmocka_unit_test(a_server_refuses_a_client_context_and_keeps_nothing),
 		cmocka_unit_test(bad_contexts_are_refused_saying_why),
