@@ -138,7 +138,9 @@ asan_build() {
 # empty) in build directory $3 (default: the plain build); leaves its exit
 # status in $test_rc and its output in run.log; test_built is 0 when it
 # did not build (no exit status is set aside for that: a cmocka program
-# whose test crashed in its teardown exits 255).
+# whose test crashed in its teardown exits 255). With $4 = 1 a table that
+# failed on io_uring is not run again on epoll (PERCH_TEST_FAILFAST:
+# tests/both_backends.h), for a verdict any failure gives.
 run_test() {
 	local dir=${3:-$scratch/b}
 	set +e
@@ -146,7 +148,7 @@ run_test() {
 		test_built=0 test_rc=1
 	else
 		test_built=1
-		PERCH_TEST_FILTER=${2:-} timeout "$test_limit" "$dir/$1" >"$scratch/run.log" 2>&1
+		PERCH_TEST_FILTER=${2:-} PERCH_TEST_FAILFAST=${4:-0} timeout "$test_limit" "$dir/$1" >"$scratch/run.log" 2>&1
 		test_rc=$?
 	fi
 	set -e
@@ -183,13 +185,14 @@ tests_skipped() {
 # assertion or a timeout in the slower build does not). Prints its
 # verdict line; returns 1 when missed.
 judge_by_test() {
-	local name=$1 dir=$2 sanitizer=$3 program=$4 filter=${5:-} how
-	run_test "$program" "$filter" "$dir"
+	local name=$1 dir=$2 sanitizer=$3 program=$4 filter=${5:-} how failfast=1
+	[ "$sanitizer" = 1 ] && failfast=0 # the report may come only on the second backend
+	run_test "$program" "$filter" "$dir" "$failfast"
 	if [ "$test_built" -eq 0 ]; then
 		printf '%-50s %s: %s\n' "$name" "DOES NOT BUILD" "$(build_error)"; return 1
 	fi
 	if [ "$test_rc" -eq 0 ] && [ -n "$filter" ]; then
-		run_test "$program" "" "$dir" # the named test missed it: try the whole program
+		run_test "$program" "" "$dir" "$failfast" # the named test missed it: try the whole program
 	fi
 	if [ "$test_rc" -eq 0 ]; then
 		printf '%-50s %s\n' "$name" "MISSED ($program passes$(tests_skipped))"; return 1
