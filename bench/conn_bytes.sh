@@ -16,6 +16,8 @@ EOF
 }
 
 ROOT=$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)
+# shellcheck source=bench/listen_port.sh
+source "$ROOT/bench/listen_port.sh"
 BUILD=$ROOT/build CONNS=4000
 while getopts "b:n:h" opt; do
 	case $opt in
@@ -39,12 +41,7 @@ for be in "${@:-uring epoll}"; do
 		valgrind --tool=massif --massif-out-file="$TMP/massif.$b" --threshold=0.1 --detailed-freq=1 \
 			"$BUILD/examples/httpd/httpd" --port 0 --backend "$b" --idle-timeout 0 >"$TMP/out.$b" 2>"$TMP/err.$b" &
 		pid=$!
-		for _ in $(seq 100); do
-			port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9][0-9]*\), .*/\1/p' "$TMP/out.$b")
-			[[ -n $port ]] && break
-			sleep 0.2
-		done
-		[[ -n $port ]] || { echo "conn_bytes.sh: httpd did not start: $(cat "$TMP/err.$b")" >&2; exit 1; }
+		port=$(listen_port conn_bytes.sh "$TMP/out.$b" "$TMP/err.$b" "$pid")
 		(sleep 3 | "$BUILD/bench/idle_client" --port "$port" --conns "$CONNS" --csv >/dev/null)
 		kill -TERM "$pid"
 		wait "$pid" 2>/dev/null || true

@@ -16,6 +16,8 @@ for tool in valgrind callgrind_annotate python3 openssl; do
 done
 make -s -C "$build" examples/httpd/httpd
 here=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/listen_port.sh
+source "$here/bench/listen_port.sh"
 out=$(mktemp -d)
 trap '[[ -n ${KEEP:-} ]] || rm -rf "$out"' EXIT
 sh "$here/tests/tls_certs.sh" "$out/certs" >/dev/null
@@ -48,13 +50,8 @@ server_run() {
 	valgrind --tool=callgrind --callgrind-out-file="$2" "$build/examples/httpd/httpd" --port 0 \
 		--threads 1 --backend epoll --tls-cert "$out/certs/server.pem" \
 		--tls-key "$out/certs/server.key" >"$out/server.out" 2>"$out/server.err" &
-	local pid=$! port=""
-	for _ in $(seq 200); do
-		port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9][0-9]*\), .*/\1/p' "$out/server.out")
-		[[ -n $port ]] && break
-		sleep 0.1
-	done
-	[[ -n $port ]] || { echo "https_instr.sh: the server did not start: $(cat "$out/server.err")" >&2; kill "$pid"; exit 1; }
+	local pid=$! port
+	port=$(listen_port https_instr.sh "$out/server.out" "$out/server.err" "$pid")
 	timeout 300 python3 "$out/client.py" "$port" "$1" "$out/certs/ca.pem"
 	kill -INT "$pid"
 	wait "$pid" || true
