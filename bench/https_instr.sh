@@ -7,7 +7,9 @@
 # the handshake and shut-down. Prints the whole server's instructions a request,
 # then perch's own (functions under lib/ and pipes/, with the ConcurrencyKit
 # atomics inlined there), the example's, the allocator's, and the rest: OpenSSL
-# (libssl and libcrypto have no debug info here) and the rest of libc.
+# (libssl and libcrypto have no debug info here) and the rest of libc. Then
+# perch's atomic read-modify-writes a request (bench/callgrind_atomics.py): each
+# counts as one instruction above and costs, as a full barrier, several.
 set -euo pipefail
 build=${1:-build}
 n1=${N1:-2000} n2=${N2:-6000}
@@ -47,7 +49,7 @@ PY
 
 # One whole server run of $1 requests, its callgrind profile in $2.
 server_run() {
-	valgrind --tool=callgrind --callgrind-out-file="$2" "$build/examples/httpd/httpd" --port 0 \
+	valgrind --tool=callgrind --dump-instr=yes --callgrind-out-file="$2" "$build/examples/httpd/httpd" --port 0 \
 		--threads 1 --backend epoll --tls-cert "$out/certs/server.pem" \
 		--tls-key "$out/certs/server.key" >"$out/server.out" 2>"$out/server.err" &
 	local pid=$! port
@@ -82,3 +84,16 @@ awk -v n=$((n2 - n1)) '
 	  printf "  perch (lib/, pipes/) %.0f (%.1f%%)\n", perch / n, 100 * perch / all
 	  printf "  examples/httpd %.0f, the allocator %.0f, OpenSSL and the rest %.0f\n", app / n, alloc / n, rest / n
 	}' "$out/a.fn" "$out/b.fn"
+for run in a b; do
+	python3 "$here/bench/callgrind_atomics.py" "$out/$run" "$build/examples/httpd/httpd" >"$out/$run.atomic"
+done
+awk -v n=$((n2 - n1)) -v top="${TOP:-8}" '
+	FNR == NR { a[$1] = $2; next }
+	{ d = $2 - a[$1]; file = $1; sub(/:[^:]*$/, "", file); fn = substr($1, length(file) + 2)
+	  if (file ~ /(^|\/)(lib|pipes)\/[^\/]+$/ || file ~ /ck_pr\.h$/ || fn ~ /^perch_/) { perch += d; by[fn] += d } }
+	END {
+	  printf "atomic read-modify-writes per request, perch: %.1f; the most:", perch / n
+	  for (k = 0; k < top; k++) { best = ""; for (f in by) if (best == "" || by[f] > by[best]) best = f
+	    if (best == "" || by[best] <= 0) break; printf " %s %.1f", best, by[best] / n; delete by[best] }
+	  printf "\n"
+	}' "$out/a.atomic" "$out/b.atomic"
