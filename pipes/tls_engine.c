@@ -377,7 +377,8 @@ void perch__tls_close_notify_now(struct perch_tls *s)
 	perch__conn_unref(s->plain);
 }
 
-void perch__tls_run(struct perch_tls *s)
+/* A continuation may free the session meanwhile: `held` says the caller's reference keeps it. */
+static void run(struct perch_tls *s, bool held)
 {
 	if (s->freed)
 		return;
@@ -386,11 +387,23 @@ void perch__tls_run(struct perch_tls *s)
 		return;
 	}
 	s->running = true;
-	perch__conn_ref(s->plain);   /* a continuation may free the session meanwhile */
+	if (!held)
+		perch__conn_ref(s->plain);
 	do {
 		s->again = false;
 		step(s);
 	} while (s->again && !s->freed);
 	s->running = false;
-	perch__conn_unref(s->plain);
+	if (!held)
+		perch__conn_unref(s->plain);
+}
+
+void perch__tls_run(struct perch_tls *s)
+{
+	run(s, false);
+}
+
+void perch__tls_run_held(struct perch_tls *s)
+{
+	run(s, true);
 }

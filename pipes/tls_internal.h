@@ -134,7 +134,11 @@ bool perch__tls_read_would_wait(struct perch_tls *s);
 /* ---- pipes/tls_session.c ---- */
 /* The session was freed and its last ciphertext flush ended (or its time ran out): after() runs. */
 void perch__tls_run_after(struct perch_tls *s);
-/* Runs the engine now (loop thread, not inside tls_ops.send) or posts a kick. Any thread. */
+/*
+ * Runs the engine now (loop thread, not inside tls_ops.send) or posts a
+ * kick. Any thread; the caller holds a reference on s->plain across the
+ * call (a completion's, a posted kick's, the session's own while it is made).
+ */
 void perch__tls_kick(struct perch_tls *s);
 /* Posts a kick, whatever the thread. */
 void perch__tls_kick_later(struct perch_tls *s);
@@ -179,6 +183,8 @@ void perch__tls_clear_errors(void);
 /* ---- pipes/tls_engine.c (loop thread) ---- */
 /* Runs the session's work until nothing is left to do now. */
 void perch__tls_run(struct perch_tls *s);
+/* The same, without a reference of its own: the caller holds one on s->plain across the call. */
+void perch__tls_run_held(struct perch_tls *s);
 /*
  * Sends close_notify and flushes it, if nothing is left to encrypt first,
  * without the rest of a run (no continuation runs); a kick does the rest.

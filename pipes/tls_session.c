@@ -25,7 +25,7 @@ static void kick_run(struct perch_loop *loop, struct perch__msg *m)
 	perch__xchg_u32(&s->kick_posted, 0);
 	perch__fence_rmw_then_load();
 	if (!s->freed)
-		perch__tls_run(s);
+		perch__tls_run_held(s);   /* the posted kick's reference, dropped below */
 	else
 		perch__tls_drop_sends(s, -EPIPE);   /* a chain ended inside tls_ops.send before the free */
 	perch__conn_unref(s->plain);
@@ -44,7 +44,7 @@ void perch__tls_kick_later(struct perch_tls *s)
 void perch__tls_kick(struct perch_tls *s)
 {
 	if (perch__loop_is_current(s->loop) && !s->in_send)
-		perch__tls_run(s);
+		perch__tls_run_held(s);
 	else
 		perch__tls_kick_later(s);
 }

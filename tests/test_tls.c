@@ -1013,6 +1013,49 @@ static void pool_write(struct pair *p, struct pool_write *w, const void *data, s
 	assert_true(w->rc == 0 || (w->rc == PERCH_PENDING && result == 0));
 }
 
+/* A plaintext read's continuation that frees its session, inside the run its ciphertext started. */
+struct freeing_read {
+	struct pair *p;
+	int runs;
+	int64_t result;
+};
+
+static void free_the_session(void *arg, int64_t result)
+{
+	struct freeing_read *f = arg;
+	f->runs++;
+	f->result = result;
+	perch_tls_free(f->p->server);
+	f->p->server = NULL;
+}
+
+static bool freeing_read_ran(void *arg)
+{
+	return ((struct freeing_read *)arg)->runs > 0;
+}
+
+/*
+ * The engine runs on the reference of the completion that started it (a
+ * parked ciphertext read's): a session freed by a continuation of that
+ * run stays whole until the run is over (ASan judges it).
+ */
+static void a_session_freed_by_its_readers_continuation_outlives_the_run(void **state)
+{
+	struct pair *p = pair_new("server", "ca.pem", "localhost");
+	assert_true(turn_until(p->loop, both_established, p));
+	struct freeing_read f = {.p = p};
+	struct perch_read_result r;
+	assert_int_equal(perch_pipe_read_or_wait(perch_tls_reader(p->server), &r, free_the_session, &f),
+			 PERCH_PENDING);
+	/* The server's ciphertext reader goes with it, before the client's flush completes. */
+	assert_int_equal(write_flush(p, p->client, "x", 1), -EPIPE);
+	assert_true(turn_until(p->loop, freeing_read_ran, &f));
+	assert_int_equal(f.runs, 1);
+	assert_int_equal(f.result, 0);
+	assert_null(p->server);
+	pair_free(p);
+}
+
 static void a_plaintext_write_on_the_loop_stages_in_its_pool(void **state)
 {
 	struct pair *p = pair_new("server", "ca.pem", "localhost");
@@ -1172,6 +1215,7 @@ int main(void)
 		cmocka_unit_test(a_reader_that_never_reads_holds_the_writer_back),
 		cmocka_unit_test(a_server_context_from_pem_in_memory_serves_a_handshake),
 		cmocka_unit_test(plaintext_ends_used_off_the_loop_thread_lose_nothing),
+		cmocka_unit_test(a_session_freed_by_its_readers_continuation_outlives_the_run),
 		cmocka_unit_test(a_plaintext_write_on_the_loop_stages_in_its_pool),
 		cmocka_unit_test(a_record_sized_write_on_the_loop_leaves_as_one_record),
 		cmocka_unit_test(records_openssl_holds_are_read_without_more_ciphertext),
