@@ -137,7 +137,8 @@ void perch__tls_run_after(struct perch_tls *s);
 /*
  * Runs the engine now (loop thread, not inside tls_ops.send) or posts a
  * kick. Any thread; the caller holds a reference on s->plain across the
- * call (a completion's, a posted kick's, the session's own while it is made).
+ * call that nothing the run does drops: a completion's, a posted kick's
+ * (not the session's own: a continuation may free the session).
  */
 void perch__tls_kick(struct perch_tls *s);
 /* Posts a kick, whatever the thread. */

@@ -275,7 +275,10 @@ int perch_tls_new(struct perch_tls_ctx *ctx, struct perch_loop *loop,
 		return rc;
 	}
 	*out = s;
+	/* The first run's own reference: a continuation inside it may free the session. */
+	perch__conn_ref(s->plain);
 	perch__tls_kick(s);
+	perch__conn_unref(s->plain);
 	return 0;
 }
 

@@ -1056,6 +1056,80 @@ static void a_session_freed_by_its_readers_continuation_outlives_the_run(void **
 	pair_free(p);
 }
 
+/* A server that fails every handshake at the ClientHello: its chooser refuses every name. */
+static int refuse_every_name(void *arg, const char *name, struct perch_tls_ctx **use)
+{
+	return -EACCES;
+}
+
+struct made_in_a_turn {
+	struct pair *p;
+	struct perch_pipe_reader *cr;
+	struct perch_pipe_writer *cw;
+	int rc;
+	bool made;
+	int told;
+};
+
+static void free_the_client(void *arg, int64_t result)
+{
+	struct made_in_a_turn *m = arg;
+	m->told++;
+	perch_tls_free(m->p->client);
+	m->p->client = NULL;
+}
+
+static void make_the_client(struct perch_timer *t, void *arg)
+{
+	struct made_in_a_turn *m = arg;
+	struct perch_tls_opts co = {.server_name = "localhost"};
+	m->rc = perch_tls_new(m->p->cctx, m->p->loop, m->cr, m->cw, &co, &m->p->client);
+	m->made = true;
+}
+
+static bool client_made(void *arg)
+{
+	return ((struct made_in_a_turn *)arg)->made;
+}
+
+/*
+ * A session made on the loop's thread runs its engine at once, and its
+ * ClientHello reaches a server over in-memory pipes inside that run: the
+ * server fails, and its reader's continuation frees the new session. The
+ * first run holds a reference of its own, so the session stays whole
+ * until perch_tls_new returns (ASan judges it).
+ */
+static void a_session_freed_inside_its_first_run_outlives_it(void **state)
+{
+	struct pair *p = calloc(1, sizeof(*p));
+	pair_loop(p);
+	char why[200];
+	struct perch_tls_ctx_opts so = {.role = PERCH_TLS_SERVER, .cert_file = cert("server.pem"),
+					.key_file = cert("server.key"), .sni = refuse_every_name};
+	assert_int_equal(perch_tls_ctx_new(&so, &p->sctx, why, sizeof(why)), 0);
+	p->cctx = client_ctx("ca.pem", NULL);
+	struct made_in_a_turn m = {.p = p};
+	struct perch_pipe_reader *sr;
+	struct perch_pipe_writer *sw;
+	cross(&m.cr, &m.cw, &sr, &sw);
+	struct perch_tls_opts sopts = {0};
+	assert_int_equal(perch_tls_new(p->sctx, p->loop, sr, sw, &sopts, &p->server), 0);
+	struct perch_read_result r;
+	assert_int_equal(perch_pipe_read_or_wait(perch_tls_reader(p->server), &r, free_the_client, &m),
+			 PERCH_PENDING);
+	for (int i = 0; i < 3; i++)
+		perch_loop_run_once(p->loop, 0);   /* the server's first run parks its ciphertext read */
+	struct perch_timer t;
+	assert_int_equal(perch_timer_init(&t, p->loop, make_the_client, &m), 0);
+	assert_int_equal(perch_timer_start(&t, 1), 0);
+	assert_true(turn_until(p->loop, client_made, &m));
+	assert_int_equal(m.rc, 0);
+	assert_int_equal(m.told, 1);
+	assert_null(p->client);
+	assert_int_not_equal(perch_tls_error(p->server, why, sizeof(why)), 0);
+	pair_free(p);
+}
+
 static void a_plaintext_write_on_the_loop_stages_in_its_pool(void **state)
 {
 	struct pair *p = pair_new("server", "ca.pem", "localhost");
@@ -1216,6 +1290,7 @@ int main(void)
 		cmocka_unit_test(a_server_context_from_pem_in_memory_serves_a_handshake),
 		cmocka_unit_test(plaintext_ends_used_off_the_loop_thread_lose_nothing),
 		cmocka_unit_test(a_session_freed_by_its_readers_continuation_outlives_the_run),
+		cmocka_unit_test(a_session_freed_inside_its_first_run_outlives_it),
 		cmocka_unit_test(a_plaintext_write_on_the_loop_stages_in_its_pool),
 		cmocka_unit_test(a_record_sized_write_on_the_loop_leaves_as_one_record),
 		cmocka_unit_test(records_openssl_holds_are_read_without_more_ciphertext),
