@@ -82,7 +82,7 @@ static void take_asks(struct perch_tls *s)
 		if (rc < 0)
 			s->io_error = s->io_error ? s->io_error : rc;
 	}
-	/* Looked at first: tls_send's exchange comes with a kick, and the engine takes it alone. */
+	/* Looked at first: tls_send's exchange is followed by a kick (or by `again` on the loop thread). */
 	if (!s->tx && perch__load_ptr((void **)&s->tx_in))
 		s->tx = s->tx_at = perch__xchg_ptr((void **)&s->tx_in, NULL);
 }
