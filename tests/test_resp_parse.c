@@ -243,7 +243,15 @@ static void integers_read_as_redis_reads_them(void **state)
 	assert_true(resp_parse_ll("-42", 3, &v) && v == -42);
 	assert_true(resp_parse_ll("9223372036854775807", 19, &v) && v == INT64_MAX);
 	assert_true(resp_parse_ll("-9223372036854775808", 20, &v) && v == INT64_MIN);
-	const char *bad[] = { "", "-", "-0", "+1", "01", " 1", "1 ", "9223372036854775808", "1e3" };
+	assert_true(resp_parse_ll("922337203685477580", 18, &v) && v == INT64_MAX / 10);
+	/*
+	 * Past the range by one, and past 64 bits: the last digit of 2^64 wraps
+	 * a careless sum to 0, and the last multiplication of 1.9e19 a careless
+	 * product to 5.5e17, both within range.
+	 */
+	const char *bad[] = { "", "-", "-0", "+1", "01", " 1", "1 ", "9223372036854775808",
+			      "-9223372036854775809", "18446744073709551616", "19000000000000000000",
+			      "99999999999999999999", "1e3" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		assert_false(resp_parse_ll(bad[i], strlen(bad[i]), &v));
 }

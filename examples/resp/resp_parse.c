@@ -38,10 +38,10 @@ bool resp_parse_ll(const char *s, size_t len, long long *out)
 	for (; i < len; i++) {
 		if (s[i] < '0' || s[i] > '9')
 			return false;
-		unsigned d = (unsigned)(s[i] - '0');
-		if (v > (cap - d) / 10)
+		/* No division a digit: the product and the sum are checked for wrapping, then the cap. */
+		if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, (unsigned)(s[i] - '0'), &v) ||
+		    v > cap)
 			return false;
-		v = v * 10 + d;
 	}
 	if (neg && v == 0 && len > 1)
 		return false; /* "-0" */
