@@ -10,7 +10,7 @@
  * Each race is judged by stress/harness.c: it fails unless its two halves
  * overlapped in at least 1,000 of 200,000 rounds (the overlap floor,
  * scaled with PERCH_STRESS_ROUNDS), free and scheduled, and every round
- * delivered exactly once. Mutants 381, 385 and 386 fail them.
+ * delivered exactly once. Mutants 381, 385, 386 and 456 fail them.
  *
  * One client/server pair over in-memory pipes serves every round of the
  * flush race (a handshake a round would cost more than the race); the
@@ -215,6 +215,12 @@ static void flush_setup(void *p, uint64_t round)
 	int rc = perch_pipe_flush(perch_tls_writer(s->server), &h);
 	if (rc != 0 && rc != PERCH_PENDING)
 		abort();
+	/*
+	 * And a kick posted for the client: the turn runs its engine from the
+	 * inbox too, so actor 1's hand-over may find that kick still posted
+	 * while the run looks for a chain (kick_run must take it down first).
+	 */
+	perch__tls_kick_later(s->client);
 }
 
 static void loop_turn(void *p, uint64_t round)
