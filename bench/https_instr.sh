@@ -84,16 +84,5 @@ awk -v n=$((n2 - n1)) '
 	  printf "  perch (lib/, pipes/) %.0f (%.1f%%)\n", perch / n, 100 * perch / all
 	  printf "  examples/httpd %.0f, the allocator %.0f, OpenSSL and the rest %.0f\n", app / n, alloc / n, rest / n
 	}' "$out/a.fn" "$out/b.fn"
-for run in a b; do
-	python3 "$here/bench/callgrind_atomics.py" "$out/$run" "$build/examples/httpd/httpd" >"$out/$run.atomic"
-done
-awk -v n=$((n2 - n1)) -v top="${TOP:-8}" '
-	FNR == NR { a[$1] = $2; next }
-	{ d = $2 - a[$1]; file = $1; sub(/:[^:]*$/, "", file); fn = substr($1, length(file) + 2)
-	  if (file ~ /(^|\/)(lib|pipes)\/[^\/]+$/ || file ~ /ck_pr\.h$/ || fn ~ /^perch_/) { perch += d; by[fn] += d } }
-	END {
-	  printf "atomic read-modify-writes per request, perch: %.1f; the most:", perch / n
-	  for (k = 0; k < top; k++) { best = ""; for (f in by) if (best == "" || by[f] > by[best]) best = f
-	    if (best == "" || by[best] <= 0) break; printf " %s %.1f", best, by[best] / n; delete by[best] }
-	  printf "\n"
-	}' "$out/a.atomic" "$out/b.atomic"
+printf "atomic read-modify-writes per request, "
+python3 "$here/bench/callgrind_atomics.py" --per $((n2 - n1)) "$out/a" "$out/b" "$build/examples/httpd/httpd"
