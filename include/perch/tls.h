@@ -98,7 +98,11 @@ struct perch_tls_opts {
  * by perch_tls_free, also when this fails), and begins the handshake on
  * `loop`'s thread. Returns 0 with *out set; -EINVAL (a NULL, a client
  * context without server_name while it verifies); -ENOMEM. On the loop's
- * thread, or any thread while the loop is not running.
+ * thread, or any thread while the loop is not running. On the loop's
+ * thread the handshake's first step runs inside this call, after *out is
+ * set: over an in-memory pipe a continuation of the peer's may run there
+ * too, and if it frees the session (through *out), the 0 returned comes
+ * after that free.
  *
  * A failed handshake, a peer's protocol error, or a timeout reaches the
  * plaintext reader as a result with `error` set: -EPROTO (perch_tls_error
