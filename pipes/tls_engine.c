@@ -377,8 +377,7 @@ void perch__tls_close_notify_now(struct perch_tls *s)
 	perch__conn_unref(s->plain);
 }
 
-/* A continuation may free the session meanwhile: `held` says the caller's reference keeps it. */
-static void run(struct perch_tls *s, bool held)
+void perch__tls_run_held(struct perch_tls *s)
 {
 	if (s->freed)
 		return;
@@ -387,23 +386,16 @@ static void run(struct perch_tls *s, bool held)
 		return;
 	}
 	s->running = true;
-	if (!held)
-		perch__conn_ref(s->plain);
 	do {
 		s->again = false;
 		step(s);
 	} while (s->again && !s->freed);
 	s->running = false;
-	if (!held)
-		perch__conn_unref(s->plain);
 }
 
 void perch__tls_run(struct perch_tls *s)
 {
-	run(s, false);
-}
-
-void perch__tls_run_held(struct perch_tls *s)
-{
-	run(s, true);
+	perch__conn_ref(s->plain);   /* a continuation may free the session meanwhile */
+	perch__tls_run_held(s);
+	perch__conn_unref(s->plain);
 }
