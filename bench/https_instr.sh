@@ -13,7 +13,7 @@
 set -euo pipefail
 build=${1:-build}
 n1=${N1:-2000} n2=${N2:-6000}
-for tool in valgrind callgrind_annotate python3 openssl; do
+for tool in valgrind callgrind_annotate python3 objdump openssl; do
 	command -v "$tool" >/dev/null || { echo "https_instr.sh: $tool is not installed (./dev bench-deps)" >&2; exit 1; }
 done
 make -s -C "$build" examples/httpd/httpd
