@@ -9,6 +9,7 @@
 #include <perch/vtask.h>
 
 #include "atomic.h"
+#include "invariant.h"
 #include "vtask_internal.h"
 
 /*
@@ -16,20 +17,30 @@
  *
  *   bits 63..32  result (int32), valid once the phase is COMPLETED
  *   bits 31..3   version (29 bits; 0 = never readied, skipped on wrap)
- *   bit  2       a blocking waiter sleeps on the low half (futex)
+ *   bit  2       before completion: a blocking waiter sleeps on the low
+ *                half (futex); once COMPLETED: a registrant the completion
+ *                overtook is still writing the continuation (LATE_REG)
  *   bits 1..0    phase: PENDING, REGISTERING (a registrant is writing the
  *                continuation), REGISTERED (continuation published), COMPLETED
  *
- * A completion is one CAS from (version, PENDING|REGISTERED) to (version,
- * COMPLETED, result): a completion for another version fails it, so it can
- * neither complete a newer version nor overwrite its result. Nothing is
- * written after that CAS: the futex wake only names the address, and the
- * continuation was read before it.
+ * A completion is one CAS from (version, PENDING|REGISTERED|REGISTERING)
+ * to (version, COMPLETED, result): a completion for another version fails
+ * it, so it can neither complete a newer version nor overwrite its result.
+ * Nothing is written after that CAS: the futex wake only names the
+ * address, and the continuation was read before it.
  *
  * Only the holder of REGISTERING writes the continuation, so a registration
  * that is refused (a second one, or one for an older version) touches
- * nothing; ready() waits out a registration in progress (a few stores) so
- * the next version's registrant never writes beside it.
+ * nothing. A completion that overtakes a registration leaves LATE_REG,
+ * which the registrant clears once its stores are done; ready() waits out
+ * both (a few stores) so the next version's continuation is never written
+ * beside them.
+ *
+ * The owner alone moves a word that is COMPLETED without LATE_REG, or
+ * never readied: nothing else writes such a state. So the owner readies it
+ * with a store, and may write the next version's continuation before it
+ * readies it (perch__vtask_preset): a park then costs no read-modify-write
+ * here.
  */
 #define PH_PENDING    PERCH__VT_PH_PENDING
 #define PH_REGISTERED PERCH__VT_PH_REGISTERED
@@ -37,6 +48,7 @@
 #define PH_REGISTERING PERCH__VT_PH_REGISTERING
 #define PH_MASK       PERCH__VT_PH_MASK
 #define WAITER        PERCH__VT_WAITER
+#define LATE_REG      PERCH__VT_WAITER /* the same bit: a waiter is only ever set before completion */
 #define VER_SHIFT     PERCH__VT_VER_SHIFT
 #define VER_MASK      PERCH__VT_VER_MASK
 
@@ -78,21 +90,46 @@ int perch_vtask_init(struct perch_vtask *vt)
 	return 0;
 }
 
+/*
+ * Whether only the owner may change the word: its version completed, or
+ * none was readied yet. Every other writer (a completion, a registration,
+ * a blocking waiter) needs a current version not complete, so the owner
+ * may store over such a state instead of exchanging it.
+ */
+static bool owner_alone(uint64_t s)
+{
+	return (st_phase(s) == PH_COMPLETED && !(s & LATE_REG)) || st_version(s) == 0;
+}
+
+/* A registrant of the current version is still writing the continuation. */
+static bool registrant_writing(uint64_t s)
+{
+	return st_phase(s) == PH_REGISTERING || (st_phase(s) == PH_COMPLETED && (s & LATE_REG));
+}
+
+/* Only the owner changes the version. */
+static uint32_t version_after(uint64_t s)
+{
+	uint32_t next = (st_version(s) + 1) & VER_MASK;
+	return next ? next : 1;
+}
+
 uint32_t perch_vtask_ready(struct perch_vtask *vt)
 {
 	if (!vt)
 		return 0;
 	for (unsigned spins = 0;;) {
 		uint64_t old = perch__load_u64(&vt->state);
-		if (st_phase(old) == PH_REGISTERING) {
-			/* A registrant of the old version is between its two CASes: let it finish. */
+		if (registrant_writing(old)) {
+			/* A registrant of the old version is between its claim and its publish: let it finish. */
 			perch__spin_wait(&spins);
 			continue;
 		}
-		/* Only the owner changes the version. */
-		uint32_t next = (st_version(old) + 1) & VER_MASK;
-		if (next == 0)
-			next = 1;
+		uint32_t next = version_after(old);
+		if (owner_alone(old)) {
+			perch__store_u64(&vt->state, st_make(next, PH_PENDING, 0));
+			return next;
+		}
 		if (!perch__cas_u64(&vt->state, old, st_make(next, PH_PENDING, 0)))
 			continue;
 		if (old & WAITER)
@@ -101,13 +138,30 @@ uint32_t perch_vtask_ready(struct perch_vtask *vt)
 	}
 }
 
+bool perch__vtask_preset(struct perch_vtask *vt, perch_vtask_fn fn, void *arg)
+{
+	if (!owner_alone(perch__load_u64(&vt->state)))
+		return false;
+	perch__store_ptr(&vt->cont_fn, (void *)fn);
+	perch__store_ptr(&vt->cont_arg, arg);
+	return true;
+}
+
+uint32_t perch__vtask_ready_preset(struct perch_vtask *vt)
+{
+	uint64_t old = perch__load_u64(&vt->state);
+	PERCH_ASSERT(owner_alone(old)); /* as perch__vtask_preset found it: only the owner moves it */
+	uint32_t next = version_after(old);
+	perch__store_u64(&vt->state, st_make(next, PH_REGISTERED, 0));
+	return next;
+}
+
 int perch_vtask_complete(struct perch_vtask *vt, uint32_t token, int64_t result)
 {
 	if (!vt)
 		return -EINVAL;
 	if (result < INT32_MIN || result > INT32_MAX)
 		return -ERANGE;
-	uint64_t done = st_make(token, PH_COMPLETED, (int32_t)result);
 	for (;;) {
 		uint64_t s = state_of(vt, token);
 		if (s == 0)
@@ -117,7 +171,7 @@ int perch_vtask_complete(struct perch_vtask *vt, uint32_t token, int64_t result)
 		/*
 		 * Read before the CAS: once it succeeds the task may be freed, or
 		 * readied anew. A registration still REGISTERING is not run: its
-		 * registrant finds the task complete and goes on inline.
+		 * registrant finds the task complete (LATE_REG) and goes on inline.
 		 */
 		perch_vtask_fn fn = NULL;
 		void *arg = NULL;
@@ -125,6 +179,9 @@ int perch_vtask_complete(struct perch_vtask *vt, uint32_t token, int64_t result)
 			fn = (perch_vtask_fn)perch__load_ptr(&vt->cont_fn);
 			arg = perch__load_ptr(&vt->cont_arg);
 		}
+		uint64_t done = st_make(token, PH_COMPLETED, (int32_t)result);
+		if (st_phase(s) == PH_REGISTERING)
+			done |= LATE_REG;
 		if (!perch__cas_u64(&vt->state, s, done))
 			continue; /* a registration or a waiter changed the word: look again */
 		if (s & WAITER)
@@ -141,8 +198,12 @@ static int publish_registration(struct perch_vtask *vt)
 	for (;;) {
 		/* The version cannot move while REGISTERING: ready() waits it out. */
 		uint64_t s = perch__load_u64(&vt->state);
-		if (st_phase(s) == PH_COMPLETED)
-			return 0; /* completed meanwhile without running it: go on inline */
+		if (st_phase(s) == PH_COMPLETED) {
+			/* Completed meanwhile without running it: done writing, go on inline. */
+			PERCH_ASSERT(s & LATE_REG);
+			perch__store_u64(&vt->state, s & ~(uint64_t)LATE_REG);
+			return 0;
+		}
 		/* Still REGISTERING; only a waiter's bit may have changed the word. */
 		if (perch__cas_u64(&vt->state, s, st_with_phase(s, PH_REGISTERED)))
 			return PERCH_PENDING;

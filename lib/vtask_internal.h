@@ -43,4 +43,18 @@ static inline uint32_t perch__vtask_version(const struct perch_vtask *vt)
 	return ((uint32_t)perch__load_u64(&vt->state) >> PERCH__VT_VER_SHIFT) & PERCH__VT_VER_MASK;
 }
 
+/*
+ * A registration made before its version exists, for an owner about to
+ * park (the pipes' read_or_wait and flush_or_wait): no read-modify-write.
+ * perch__vtask_preset writes the continuation and returns true when the
+ * current version completed or none was readied, so that nothing else
+ * reads or writes the continuation; else it touches nothing and returns
+ * false (register after the park). perch__vtask_ready_preset, the owner's
+ * next step after a true, readies the next version with that
+ * continuation registered and returns its token, which must reach no
+ * other thread before this returns. Owner's thread only, both.
+ */
+bool perch__vtask_preset(struct perch_vtask *vt, perch_vtask_fn fn, void *arg);
+uint32_t perch__vtask_ready_preset(struct perch_vtask *vt);
+
 #endif /* PERCH_LIB_VTASK_INTERNAL_H */

@@ -1,4 +1,4 @@
-/* stress/race_vtask.c: value-task races: registration vs completion, a late completion vs the next version, two registrations. */
+/* stress/race_vtask.c: value-task races: registration vs completion, a late completion vs the next version, two registrations, a preset over a late registrant. */
 /*
  * Every race here is judged by stress/harness.c: it fails unless its two
  * halves overlapped in at least 1,000 of 200,000 rounds (the overlap floor,
@@ -11,6 +11,7 @@
 
 #include "atomic.h"
 #include "harness.h"
+#include "vtask_internal.h"
 
 #include <perch/vtask.h>
 
@@ -230,4 +231,101 @@ const struct race_def race_vtask_register_vs_complete = {
 	.actors = 2, .exhaustive = true, .create = vt_create, .destroy = vt_destroy, .setup = vt_setup,
 	.actor = { register_continuation, complete_task }, .judge = judge_vtask,
 	.branch_names = { "registered, ran once", "found complete, went on inline" },
+};
+
+/* ---- the owner presets the next version while a registration the completion overtook still writes ---- */
+
+struct preset_state {
+	struct perch_vtask vt;
+	struct perch_vtask_handle h;   /* the version being completed */
+	uint32_t next;                 /* the owner's next version */
+	uint32_t late_runs, next_runs; /* the late registrant's continuation, the owner's */
+	int64_t late_result, next_result;
+	int rc;
+	bool preset_refused;
+};
+
+static void *preset_create(void)
+{
+	struct preset_state *s = calloc(1, sizeof(*s));
+	perch_vtask_init(&s->vt);
+	return s;
+}
+
+static void preset_setup(void *p, uint64_t round)
+{
+	struct preset_state *s = p;
+	s->h = (struct perch_vtask_handle){ &s->vt, perch_vtask_ready(&s->vt) };
+	s->next = 0;
+	s->late_runs = s->next_runs = 0;
+	s->late_result = s->next_result = -1;
+	s->rc = 0;
+	s->preset_refused = false;
+}
+
+static void late_cont(void *arg, int64_t result)
+{
+	struct preset_state *s = arg;
+	perch__faa_u32(&s->late_runs, 1);
+	s->late_result = result;
+}
+
+static void next_cont(void *arg, int64_t result)
+{
+	struct preset_state *s = arg;
+	perch__faa_u32(&s->next_runs, 1);
+	s->next_result = result;
+}
+
+static void late_registrant(void *p, uint64_t round)
+{
+	struct preset_state *s = p;
+	s->rc = perch_vtask_on_complete(s->h, late_cont, s);
+}
+
+/* As a pipe's read_or_wait does: complete, then park again with the continuation written first. */
+static void complete_then_preset(void *p, uint64_t round)
+{
+	struct preset_state *s = p;
+	perch_vtask_complete(&s->vt, s->h.token, 1);
+	if (perch__vtask_preset(&s->vt, next_cont, s)) {
+		s->next = perch__vtask_ready_preset(&s->vt);
+		return;
+	}
+	s->preset_refused = true;
+	s->next = perch_vtask_ready(&s->vt);
+	perch_vtask_on_complete((struct perch_vtask_handle){ &s->vt, s->next }, next_cont, s);
+}
+
+/*
+ * The late registration ran on the first completion, went on inline, or
+ * came after the next version and was refused; the next version's completion runs the owner's continuation, once, and
+ * never the late one's.
+ */
+static bool judge_preset(struct race *r, void *p, uint64_t round)
+{
+	struct preset_state *s = p;
+	bool late_ok = s->rc == PERCH_PENDING ? s->late_runs == 1 && s->late_result == 1
+					      : (s->rc == 0 || s->rc == -ESTALE) && s->late_runs == 0;
+	int rc = perch_vtask_complete(&s->vt, s->next, 2);
+	bool ok = late_ok && rc == 0 && s->next_runs == 1 && s->next_result == 2 && s->late_runs <= 1;
+	if (!ok) {
+		race_fail(r, round, "registration rc %d ran %u times (result %lld); the next version's "
+			  "completion rc %d ran the owner's %u times (result %lld)", s->rc, s->late_runs,
+			  (long long)s->late_result, rc, s->next_runs, (long long)s->next_result);
+		return false;
+	}
+	race_branch(r, s->preset_refused ? 1 : s->rc == PERCH_PENDING ? 0 : s->rc == 0 ? 2 : 3);
+	return true;
+}
+
+const struct race_def race_vtask_preset_vs_late_registrant = {
+	.name = "vtask: a preset races a registration the completion overtook",
+	.actors = 2, .exhaustive = true, .create = preset_create, .destroy = vt_destroy, .setup = preset_setup,
+	.actor = { late_registrant, complete_then_preset }, .judge = judge_preset,
+	.branch_names = { "registered before the completion: ran once", "preset refused: the registrant still wrote",
+			  "registration found it complete: went on inline",
+			  "registration after the next version: refused as stale" },
+	.window_branch = 2,
+	.window_needs_scheduler = true,
 };

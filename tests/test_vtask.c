@@ -2,11 +2,14 @@
 #include "config.h"
 
 #include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cmocka_prelude.h"
 
 #include <perch/vtask.h>
+
+#include "vtask_internal.h"
 
 struct tally {
 	int runs;
@@ -178,6 +181,42 @@ static void blocking_wait_on_a_version_readied_over_returns_estale(void **state)
 	pthread_join(th, NULL);
 }
 
+struct sleeper {
+	struct perch_vtask_handle h;
+	int rc;
+};
+
+static void *wait_without_timeout(void *arg)
+{
+	struct sleeper *w = arg;
+	w->rc = perch_vtask_wait(w->h, -1, NULL);
+	return NULL;
+}
+
+/*
+ * A waiter asleep on a version the owner readies over is woken (-ESTALE):
+ * with no timeout it would sleep for ever. The owner readies once the
+ * waiter announced itself in the word and had time to fall asleep.
+ */
+static void a_sleeping_waiter_is_woken_when_its_version_is_readied_over(void **state)
+{
+	struct perch_vtask vt;
+	pthread_t th;
+	struct sleeper w = { readied(&vt), 1 };
+	assert_int_equal(pthread_create(&th, NULL, wait_without_timeout, &w), 0);
+	for (int i = 0; i < 10000 && !(perch__load_u64(&vt.state) & PERCH__VT_WAITER); i++)
+		usleep(1000);
+	assert_true(perch__load_u64(&vt.state) & PERCH__VT_WAITER);
+	usleep(50 * 1000);
+	perch_vtask_ready(&vt);
+	struct timespec limit;
+	clock_gettime(CLOCK_REALTIME, &limit);
+	limit.tv_sec += 10;
+	if (pthread_timedjoin_np(th, NULL, &limit) != 0)
+		fail_msg("the waiter still sleeps 10 s after its version was readied over");
+	assert_int_equal(w.rc, -ESTALE);
+}
+
 static void blocking_wait_times_out(void **state)
 {
 	struct perch_vtask vt;
@@ -192,11 +231,42 @@ static void blocking_wait_times_out(void **state)
 	assert_int_equal(r, 5);
 }
 
+/*
+ * An owner about to park may write the next version's continuation first,
+ * but only over a task no one else may touch: completed, or never readied.
+ * Over a version still pending it is refused and touches nothing.
+ */
+static void a_preset_continuation_needs_a_task_only_its_owner_moves(void **state)
+{
+	struct perch_vtask vt;
+	struct tally first = { 0, 0 }, second = { 0, 0 };
+	perch_vtask_init(&vt);
+	assert_true(perch__vtask_preset(&vt, count_run, &second)); /* never readied */
+	struct perch_vtask_handle h = { &vt, perch_vtask_ready(&vt) };
+	assert_int_equal(perch_vtask_on_complete(h, count_run, &first), PERCH_PENDING);
+	assert_false(perch__vtask_preset(&vt, count_run, &second));
+	assert_int_equal(perch_vtask_complete(&vt, h.token, 1), 0);
+	assert_int_equal(first.runs, 1);
+	assert_int_equal(second.runs, 0);
+	/* Completed: the next version is readied with the continuation registered. */
+	assert_true(perch__vtask_preset(&vt, count_run, &second));
+	struct perch_vtask_handle next = { &vt, perch__vtask_ready_preset(&vt) };
+	assert_int_not_equal(next.token, h.token);
+	assert_int_equal(perch_vtask_status(next), PERCH_PENDING);
+	assert_int_equal(perch_vtask_on_complete(next, count_run, &first), -EBUSY);
+	assert_int_equal(perch_vtask_complete(&vt, h.token, 3), -ESTALE);
+	assert_int_equal(perch_vtask_complete(&vt, next.token, 2), 0);
+	assert_int_equal(first.runs, 1);
+	assert_int_equal(second.runs, 1);
+	assert_int_equal(second.result, 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(registered_continuation_runs_once_on_complete),
 		cmocka_unit_test(registration_after_completion_goes_on_inline),
+		cmocka_unit_test(a_preset_continuation_needs_a_task_only_its_owner_moves),
 		cmocka_unit_test(second_registration_is_refused),
 		cmocka_unit_test(stale_token_is_refused),
 		cmocka_unit_test(stale_completion_neither_completes_nor_overwrites_the_new_version),
@@ -204,6 +274,7 @@ int main(void)
 		cmocka_unit_test(bad_arguments_return_einval),
 		cmocka_unit_test(blocking_wait_returns_the_result),
 		cmocka_unit_test(blocking_wait_on_a_version_readied_over_returns_estale),
+		cmocka_unit_test(a_sleeping_waiter_is_woken_when_its_version_is_readied_over),
 		cmocka_unit_test(blocking_wait_times_out),
 	};
 	return cmocka_run_group_tests_name("vtask", tests, NULL, NULL);
