@@ -25,7 +25,8 @@ struct perch_pipe_reader {
 	struct perch_vtask vt;
 	uint32_t parked_token;            /* the version of the last read that parked (reading thread) */
 	uint32_t state;                   /* READER_COMPLETED | READER_FREEING */
-	uint64_t repark_cookie;           /* the version a re-park keeps (delivering thread) */
+	uint32_t repark_cookie;           /* the version a re-park keeps (delivering thread) */
+	bool preset;                      /* this park's continuation is written already (reading thread) */
 };
 
 /*

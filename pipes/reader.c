@@ -9,16 +9,26 @@
 
 #define READER_OF(l, member) perch__container_of(l, struct perch_pipe_reader, member)
 
-/* The connection is about to park this read: ready the one task the caller will await. */
+/*
+ * The connection is about to park this read: ready the one task the caller
+ * will await, with its continuation when read_or_wait wrote it already.
+ * Then the token is noted here, before the park is published: once it is,
+ * the continuation may run, and free the reader, on another thread.
+ */
 static uint64_t reader_parking(struct perch_recv_listener *l, struct perch_conn *c)
 {
-	return perch_vtask_ready(&READER_OF(l, listener)->vt);
+	struct perch_pipe_reader *r = READER_OF(l, listener);
+	if (!r->preset)
+		return perch_vtask_ready(&r->vt);
+	r->preset = false;
+	r->parked_token = perch__vtask_ready_preset(&r->vt);
+	return r->parked_token;
 }
 
 /* Parking again from inside a delivery: the caller already waits on this version. */
 static uint64_t reader_reparking(struct perch_recv_listener *l, struct perch_conn *c)
 {
-	return perch__load_u64(&READER_OF(l, repark)->repark_cookie);
+	return perch__load_u32(&READER_OF(l, repark)->repark_cookie);
 }
 
 static void discard_all(struct perch_pipe_reader *r)
@@ -50,7 +60,7 @@ static __attribute__((noinline)) void reader_ready_slow(struct perch_pipe_reader
 		perch_vtask_complete(&r->vt, (uint32_t)cookie, -ECANCELED);
 		return;
 	}
-	perch__store_u64(&r->repark_cookie, cookie);
+	perch__store_u32(&r->repark_cookie, (uint32_t)cookie);
 	/* No result: if bytes came meanwhile, the caller's next read serves them. */
 	int rc = perch__conn_park_read(c, &r->repark, NULL, &cookie);
 	if (rc == PERCH_PENDING)
@@ -140,11 +150,33 @@ int perch_pipe_read(struct perch_pipe_reader *r, struct perch_read_result *out,
 	return rc;
 }
 
+/*
+ * read_or_wait's way when the last read's task completed: the continuation
+ * is written before the park and registered as the park readies the task
+ * (reader_parking), so the park is the only registration. Once it returns
+ * PERCH_PENDING the reader is the continuation's.
+ */
+static int read_with_preset(struct perch_pipe_reader *r, struct perch_read_result *out)
+{
+	uint32_t parked_before = r->parked_token;
+	uint64_t token;
+	r->preset = true;
+	int rc = perch__conn_park_read(r->c, &r->listener, out, &token);
+	if (rc == PERCH_PENDING)
+		return rc;
+	/* Served without parking: a version readied here was never published, and nobody completes it. */
+	r->preset = false;
+	r->parked_token = parked_before;
+	return rc;
+}
+
 int perch_pipe_read_or_wait(struct perch_pipe_reader *r, struct perch_read_result *out,
 			    perch_vtask_fn on_ready, void *arg)
 {
 	if (!on_ready)
 		return -EINVAL;
+	if (r && out && !reader_completed(r) && perch__vtask_preset(&r->vt, on_ready, arg))
+		return read_with_preset(r, out);
 	for (;;) {
 		struct perch_vtask_handle h;
 		int rc = perch_pipe_read(r, out, &h);

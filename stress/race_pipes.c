@@ -599,7 +599,7 @@ static uint32_t read_or_wait_runs;
 static int read_or_wait_by;
 static uint32_t read_or_wait_in_call; /* the reader is inside perch_pipe_read_or_wait */
 static uint32_t read_or_wait_ran_in_call;
-static uint32_t parked_token_before;
+static uint32_t version_before;
 
 static void read_or_wait_ready(void *arg, int64_t result)
 {
@@ -616,7 +616,20 @@ static void setup_read_or_wait(void *p, uint64_t round)
 	perch__store_u32(&read_or_wait_runs, 0);
 	perch__store_u32(&read_or_wait_ran_in_call, 0);
 	read_or_wait_by = -1;
-	parked_token_before = s->r->parked_token;
+	version_before = perch__vtask_version(&s->r->vt);
+}
+
+/*
+ * As if the last read readied its task to park and was then served: a
+ * version never published. The task is not the owner's alone then, so the
+ * call registers its continuation after the park, not before it.
+ */
+static void setup_read_or_wait_unpublished(void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	setup_read_or_wait(p, round);
+	perch_vtask_ready(&s->r->vt);
+	version_before = perch__vtask_version(&s->r->vt);
 }
 
 static void read_or_wait(void *p, uint64_t round)
@@ -630,9 +643,10 @@ static void read_or_wait(void *p, uint64_t round)
 /*
  * 0 with the byte and no continuation, or PENDING and the continuation
  * run once by the bytes' side, after which a read has the byte. A 0 from
- * a read that parked first (its token moved) is the window: the bytes
- * came while the continuation was being registered, and the call read
- * again itself.
+ * a read that readied its task to park (its version moved) is the window:
+ * the bytes came as it parked, or while the continuation was being
+ * registered, and the call read again itself; the reader waits for no
+ * delivery then, or its free would wait forever.
  */
 static bool judge_read_or_wait_vs_bytes(struct race *r, void *p, uint64_t round)
 {
@@ -643,11 +657,15 @@ static bool judge_read_or_wait_vs_bytes(struct race *r, void *p, uint64_t round)
 		race_fail(r, round, "the continuation ran inside the call that registered it");
 		ok = false;
 	} else if (s->rc == 0) {
+		uint32_t parked = s->r->parked_token;
 		ok = s->res.len == 1 && runs == 0;
 		if (!ok)
 			race_fail(r, round, "returned 0 with %zu bytes, the continuation ran %u times", s->res.len, runs);
-		else
-			race_branch(r, s->r->parked_token != parked_token_before ? 1 : 0);
+		else if (parked && perch__vtask_pending(&s->r->vt, parked)) {
+			race_fail(r, round, "returned 0, but the reader waits for the delivery of version %u", parked);
+			ok = false;
+		} else
+			race_branch(r, perch__vtask_version(&s->r->vt) != version_before ? 1 : 0);
 	} else if (s->rc == PERCH_PENDING) {
 		struct perch_read_result res;
 		ok = runs == 1 && read_or_wait_by == 1 && perch_pipe_try_read(s->r, &res) == 0 && res.len == 1;
@@ -669,7 +687,17 @@ const struct race_def race_pipe_read_or_wait_vs_bytes = {
 	.name = "pipes: read_or_wait races its bytes; the continuation runs once, never inside the call",
 	.actors = 2, .exhaustive = true, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_read_or_wait,
 	.actor = { read_or_wait, bytes_arrive }, .judge = judge_read_or_wait_vs_bytes,
-	.branch_names = { "the bytes came first: a result at once", "ready while registering: read again in the call",
+	.branch_names = { "the bytes came first: a result at once", "readied to park, then served in the call",
+			  "waited: the continuation ran once" },
+	.window_branch = 2,
+	.window_needs_scheduler = true,
+};
+
+const struct race_def race_pipe_read_or_wait_unpublished_vs_bytes = {
+	.name = "pipes: read_or_wait after an unpublished version races its bytes; the continuation runs once",
+	.actors = 2, .exhaustive = true, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_read_or_wait_unpublished,
+	.actor = { read_or_wait, bytes_arrive }, .judge = judge_read_or_wait_vs_bytes,
+	.branch_names = { "the bytes came first: a result at once", "ready while registering, or readied and served: read again in the call",
 			  "waited: the continuation ran once" },
 	.window_branch = 2,
 	.window_needs_scheduler = true,

@@ -403,6 +403,28 @@ static void read_or_wait_reads_at_once_or_calls_back_once(void **state)
 	assert_int_equal(perch_pipe_read_or_wait(R(state), &res, count_call, &k), -EINVAL); /* completed */
 }
 
+/*
+ * A version readied for a read that was served as it parked was never
+ * published: read_or_wait then registers its continuation after the park.
+ */
+static void read_or_wait_after_an_unpublished_version_calls_back_once(void **state)
+{
+	struct perch_read_result res;
+	struct perch_vtask_handle h;
+	struct calls k = { 0 };
+	uint32_t unpublished = perch_vtask_ready(&R(state)->vt);
+	assert_int_equal(perch_pipe_read_or_wait(R(state), &res, count_call, &k), PERCH_PENDING);
+	assert_int_not_equal(R(state)->parked_token, unpublished);
+	assert_int_equal(perch_pipe_write(W(state), "ab", 2), 0);
+	assert_int_equal(perch_pipe_flush(W(state), &h), 0);
+	assert_int_equal(k.runs, 1);
+	assert_int_equal(k.result, 0);
+	assert_int_equal(perch_pipe_read_or_wait(R(state), &res, count_call, &k), 0);
+	assert_int_equal(res.len, 2);
+	assert_int_equal(perch_pipe_advance_to(R(state), 2, 2), 0);
+	assert_int_equal(k.runs, 1);
+}
+
 /* Below the pause a flush is done at once; at it, the continuation runs once the reader made room. */
 static void flush_or_wait_is_done_at_once_or_calls_back_once(void **state)
 {
@@ -492,6 +514,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(staged_bytes_are_counted_until_a_flush_and_the_high_water_mark_is_reached_at_it,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(read_or_wait_reads_at_once_or_calls_back_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(read_or_wait_after_an_unpublished_version_calls_back_once, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(flush_or_wait_is_done_at_once_or_calls_back_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(a_referenced_write_is_read_in_place_and_released_once_consumed, setup,
 						teardown),
