@@ -593,6 +593,79 @@ const struct race_def race_pipe_second_flush_vs_send_done = {
 	.window_branch = 2,
 };
 
+/* ---- one call to flush or wait against a cancel: the continuation runs once, never inside the call ---- */
+
+static uint32_t flush_or_wait_runs;
+static int flush_or_wait_by;
+static int64_t flush_or_wait_result;
+static uint32_t flush_or_wait_in_call;
+static uint32_t flush_or_wait_ran_in_call;
+
+static void flush_or_wait_done(void *arg, int64_t result)
+{
+	perch__faa_u32(&flush_or_wait_runs, 1);
+	flush_or_wait_by = race_current_actor();
+	flush_or_wait_result = result;
+	if (flush_or_wait_by == 0 && perch__load_u32(&flush_or_wait_in_call))
+		perch__store_u32(&flush_or_wait_ran_in_call, 1);
+}
+
+static void setup_flush_or_wait(void *p, uint64_t round)
+{
+	setup_staged(p, round);
+	perch__store_u32(&flush_or_wait_runs, 0);
+	perch__store_u32(&flush_or_wait_ran_in_call, 0);
+	flush_or_wait_by = -1;
+	flush_or_wait_result = 1;
+}
+
+static void flush_or_wait(void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	perch__store_u32(&flush_or_wait_in_call, 1);
+	s->rc = perch_pipe_flush_or_wait(s->w, flush_or_wait_done, s);
+	perch__store_u32(&flush_or_wait_in_call, 0);
+}
+
+/*
+ * -ECANCELED here and no continuation (the cancel came before the park,
+ * or completed the version before the continuation was registered), or
+ * PERCH_PENDING and the continuation run once with -ECANCELED by the
+ * cancel's side.
+ */
+static bool judge_flush_or_wait_vs_cancel(struct race *r, void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	uint32_t runs = perch__load_u32(&flush_or_wait_runs);
+	bool ok;
+	if (perch__load_u32(&flush_or_wait_ran_in_call)) {
+		race_fail(r, round, "the continuation ran inside the call that registered it");
+		ok = false;
+	} else if (s->rc == -ECANCELED) {
+		ok = runs == 0;
+		race_branch(r, s->t.sent ? 1 : 0);
+	} else if (s->rc == PERCH_PENDING) {
+		ok = runs == 1 && flush_or_wait_by == 1 && flush_or_wait_result == -ECANCELED;
+		race_branch(r, 2);
+	} else {
+		ok = false;
+	}
+	if (!ok && !perch__load_u32(&flush_or_wait_ran_in_call))
+		race_fail(r, round, "returned %d; the continuation ran %u times (by actor %d, result %lld)", s->rc,
+			  runs, flush_or_wait_by, (long long)flush_or_wait_result);
+	end_round(s, ok);
+	return ok;
+}
+
+const struct race_def race_pipe_flush_or_wait_vs_cancel = {
+	.name = "pipes: flush_or_wait races a cancel; the continuation runs once, never inside the call",
+	.actors = 2, .exhaustive = true, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_flush_or_wait,
+	.actor = { flush_or_wait, flush_canceled }, .judge = judge_flush_or_wait_vs_cancel,
+	.branch_names = { "the cancel came first: refused at once", "canceled as it parked: -ECANCELED in the call",
+			  "waited: the continuation ran once" },
+	.window_branch = 2,
+};
+
 /* ---- one call to read or wait: the continuation runs once, never inside the call ---- */
 
 static uint32_t read_or_wait_runs;

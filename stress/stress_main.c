@@ -13,7 +13,7 @@ extern const struct race_def race_read_vs_bytes, race_read_vs_fin, race_read_vs_
 	race_pipe_stale_wake_vs_bytes, race_pipe_complete_vs_stale_wake, race_pipe_cancel_vs_send_done,
 	race_mem_flush_vs_reader_complete, race_mem_flush_vs_reader_complete_read_parked,
 	race_pipe_cancel_vs_next_flush, race_pipe_second_flush_vs_send_done, race_pipe_read_or_wait_vs_bytes,
-	race_pipe_read_or_wait_unpublished_vs_bytes,
+	race_pipe_read_or_wait_unpublished_vs_bytes, race_pipe_flush_or_wait_vs_cancel,
 	race_loop_owner_claim,
 	race_forward_vs_close, race_loop_shutdown_vs_close, race_loop_shutdown_vs_flush,
 	race_loop_zc_flush_vs_close;
@@ -58,6 +58,7 @@ int main(int argc, char **argv)
 		&race_pipe_second_flush_vs_send_done,
 		&race_pipe_read_or_wait_vs_bytes,
 		&race_pipe_read_or_wait_unpublished_vs_bytes,
+		&race_pipe_flush_or_wait_vs_cancel,
 		&race_loop_pipe_read_vs_close,
 		&race_loop_shutdown_vs_close,
 		&race_loop_shutdown_vs_flush,
