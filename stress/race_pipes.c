@@ -593,38 +593,55 @@ const struct race_def race_pipe_second_flush_vs_send_done = {
 	.window_branch = 2,
 };
 
-/* ---- one call to flush or wait against a cancel: the continuation runs once, never inside the call ---- */
+/* ---- one call to read or flush, or wait: the continuation runs once, never inside the call ---- */
 
-static uint32_t flush_or_wait_runs;
-static int flush_or_wait_by;
-static int64_t flush_or_wait_result;
-static uint32_t flush_or_wait_in_call;
-static uint32_t flush_or_wait_ran_in_call;
+/* The continuation of the round's one call: how often it ran, on which actor, and whether inside the call. */
+static struct {
+	uint32_t runs;
+	int by;
+	int64_t result;
+	uint32_t in_call;              /* actor 0 is inside the call that registered it */
+	uint32_t ran_in_call;
+} cont;
 
-static void flush_or_wait_done(void *arg, int64_t result)
+static void cont_reset(void)
 {
-	perch__faa_u32(&flush_or_wait_runs, 1);
-	flush_or_wait_by = race_current_actor();
-	flush_or_wait_result = result;
-	if (flush_or_wait_by == 0 && perch__load_u32(&flush_or_wait_in_call))
-		perch__store_u32(&flush_or_wait_ran_in_call, 1);
+	perch__store_u32(&cont.runs, 0);
+	perch__store_u32(&cont.ran_in_call, 0);
+	cont.by = -1;
+	cont.result = 1;
+}
+
+static void cont_ran(void *arg, int64_t result)
+{
+	perch__faa_u32(&cont.runs, 1);
+	cont.by = race_current_actor();
+	cont.result = result;
+	if (cont.by == 0 && perch__load_u32(&cont.in_call))
+		perch__store_u32(&cont.ran_in_call, 1);
+}
+
+/* Fails the round when the continuation ran inside its call (true), else false. */
+static bool cont_ran_inside(struct race *r, uint64_t round)
+{
+	if (!perch__load_u32(&cont.ran_in_call))
+		return false;
+	race_fail(r, round, "the continuation ran inside the call that registered it");
+	return true;
 }
 
 static void setup_flush_or_wait(void *p, uint64_t round)
 {
 	setup_staged(p, round);
-	perch__store_u32(&flush_or_wait_runs, 0);
-	perch__store_u32(&flush_or_wait_ran_in_call, 0);
-	flush_or_wait_by = -1;
-	flush_or_wait_result = 1;
+	cont_reset();
 }
 
 static void flush_or_wait(void *p, uint64_t round)
 {
 	struct pipe_state *s = p;
-	perch__store_u32(&flush_or_wait_in_call, 1);
-	s->rc = perch_pipe_flush_or_wait(s->w, flush_or_wait_done, s);
-	perch__store_u32(&flush_or_wait_in_call, 0);
+	perch__store_u32(&cont.in_call, 1);
+	s->rc = perch_pipe_flush_or_wait(s->w, cont_ran, s);
+	perch__store_u32(&cont.in_call, 0);
 }
 
 /*
@@ -636,23 +653,22 @@ static void flush_or_wait(void *p, uint64_t round)
 static bool judge_flush_or_wait_vs_cancel(struct race *r, void *p, uint64_t round)
 {
 	struct pipe_state *s = p;
-	uint32_t runs = perch__load_u32(&flush_or_wait_runs);
-	bool ok;
-	if (perch__load_u32(&flush_or_wait_ran_in_call)) {
-		race_fail(r, round, "the continuation ran inside the call that registered it");
-		ok = false;
-	} else if (s->rc == -ECANCELED) {
+	uint32_t runs = perch__load_u32(&cont.runs);
+	bool ok = false;
+	if (cont_ran_inside(r, round)) {
+		end_round(s, false);
+		return false;
+	}
+	if (s->rc == -ECANCELED) {
 		ok = runs == 0;
 		race_branch(r, s->t.sent ? 1 : 0);
 	} else if (s->rc == PERCH_PENDING) {
-		ok = runs == 1 && flush_or_wait_by == 1 && flush_or_wait_result == -ECANCELED;
+		ok = runs == 1 && cont.by == 1 && cont.result == -ECANCELED;
 		race_branch(r, 2);
-	} else {
-		ok = false;
 	}
-	if (!ok && !perch__load_u32(&flush_or_wait_ran_in_call))
+	if (!ok)
 		race_fail(r, round, "returned %d; the continuation ran %u times (by actor %d, result %lld)", s->rc,
-			  runs, flush_or_wait_by, (long long)flush_or_wait_result);
+			  runs, cont.by, (long long)cont.result);
 	end_round(s, ok);
 	return ok;
 }
@@ -666,29 +682,13 @@ const struct race_def race_pipe_flush_or_wait_vs_cancel = {
 	.window_branch = 2,
 };
 
-/* ---- one call to read or wait: the continuation runs once, never inside the call ---- */
-
-static uint32_t read_or_wait_runs;
-static int read_or_wait_by;
-static uint32_t read_or_wait_in_call; /* the reader is inside perch_pipe_read_or_wait */
-static uint32_t read_or_wait_ran_in_call;
 static uint32_t version_before;
-
-static void read_or_wait_ready(void *arg, int64_t result)
-{
-	perch__faa_u32(&read_or_wait_runs, 1);
-	read_or_wait_by = race_current_actor();
-	if (read_or_wait_by == 0 && perch__load_u32(&read_or_wait_in_call))
-		perch__store_u32(&read_or_wait_ran_in_call, 1);
-}
 
 static void setup_read_or_wait(void *p, uint64_t round)
 {
 	struct pipe_state *s = p;
 	setup_conn_adapters(p, round);
-	perch__store_u32(&read_or_wait_runs, 0);
-	perch__store_u32(&read_or_wait_ran_in_call, 0);
-	read_or_wait_by = -1;
+	cont_reset();
 	version_before = perch__vtask_version(&s->r->vt);
 }
 
@@ -708,9 +708,9 @@ static void setup_read_or_wait_unpublished(void *p, uint64_t round)
 static void read_or_wait(void *p, uint64_t round)
 {
 	struct pipe_state *s = p;
-	perch__store_u32(&read_or_wait_in_call, 1);
-	s->rc = perch_pipe_read_or_wait(s->r, &s->res, read_or_wait_ready, s);
-	perch__store_u32(&read_or_wait_in_call, 0);
+	perch__store_u32(&cont.in_call, 1);
+	s->rc = perch_pipe_read_or_wait(s->r, &s->res, cont_ran, s);
+	perch__store_u32(&cont.in_call, 0);
 }
 
 /*
@@ -724,10 +724,9 @@ static void read_or_wait(void *p, uint64_t round)
 static bool judge_read_or_wait_vs_bytes(struct race *r, void *p, uint64_t round)
 {
 	struct pipe_state *s = p;
-	uint32_t runs = perch__load_u32(&read_or_wait_runs);
+	uint32_t runs = perch__load_u32(&cont.runs);
 	bool ok = true;
-	if (perch__load_u32(&read_or_wait_ran_in_call)) {
-		race_fail(r, round, "the continuation ran inside the call that registered it");
+	if (cont_ran_inside(r, round)) {
 		ok = false;
 	} else if (s->rc == 0) {
 		uint32_t parked = s->r->parked_token;
@@ -741,9 +740,9 @@ static bool judge_read_or_wait_vs_bytes(struct race *r, void *p, uint64_t round)
 			race_branch(r, perch__vtask_version(&s->r->vt) != version_before ? 1 : 0);
 	} else if (s->rc == PERCH_PENDING) {
 		struct perch_read_result res;
-		ok = runs == 1 && read_or_wait_by == 1 && perch_pipe_try_read(s->r, &res) == 0 && res.len == 1;
+		ok = runs == 1 && cont.by == 1 && perch_pipe_try_read(s->r, &res) == 0 && res.len == 1;
 		if (!ok)
-			race_fail(r, round, "waited: the continuation ran %u times (by actor %d)", runs, read_or_wait_by);
+			race_fail(r, round, "waited: the continuation ran %u times (by actor %d)", runs, cont.by);
 		else
 			race_branch(r, 2);
 	} else {
