@@ -232,28 +232,6 @@ int perch_vtask_on_complete(struct perch_vtask_handle h, perch_vtask_fn fn, void
 	}
 }
 
-int perch__vtask_register_own(struct perch_vtask_handle h, perch_vtask_fn fn, void *arg)
-{
-	struct perch_vtask *vt = h.task;
-	uint64_t s = state_of(vt, h.token);
-	if (s == 0)
-		return -ESTALE;
-	if (st_phase(s) == PH_COMPLETED)
-		return 0;
-	PERCH_ASSERT(st_phase(s) == PH_PENDING); /* no other registrant has the token */
-	/* A completion reads the continuation only once it sees REGISTERED: write it first. */
-	perch__store_ptr(&vt->cont_fn, (void *)fn);
-	perch__store_ptr(&vt->cont_arg, arg);
-	while (!perch__cas_u64(&vt->state, s, st_with_phase(s, PH_REGISTERED))) {
-		s = state_of(vt, h.token);
-		if (s == 0)
-			return -ESTALE;
-		if (st_phase(s) == PH_COMPLETED)
-			return 0; /* completed first: go on inline */
-	}
-	return PERCH_PENDING;
-}
-
 int perch_vtask_status(struct perch_vtask_handle h)
 {
 	if (!h.task)

@@ -57,14 +57,4 @@ static inline uint32_t perch__vtask_version(const struct perch_vtask *vt)
 bool perch__vtask_preset(struct perch_vtask *vt, perch_vtask_fn fn, void *arg);
 uint32_t perch__vtask_ready_preset(struct perch_vtask *vt);
 
-/*
- * perch_vtask_on_complete for the owner of a version it readied itself
- * and handed to its completer alone (a pipe's park): no other registrant
- * can hold the token, so the continuation is written first and one CAS
- * publishes it, where a registration open to all claims, writes, then
- * publishes. The same returns: PERCH_PENDING, 0 when the version
- * completed first (go on inline), -ESTALE. Owner's thread only.
- */
-int perch__vtask_register_own(struct perch_vtask_handle h, perch_vtask_fn fn, void *arg);
-
 #endif /* PERCH_LIB_VTASK_INTERNAL_H */

@@ -182,7 +182,7 @@ int perch_pipe_read_or_wait(struct perch_pipe_reader *r, struct perch_read_resul
 		int rc = perch_pipe_read(r, out, &h);
 		if (rc != PERCH_PENDING)
 			return rc;
-		rc = perch__vtask_register_own(h, on_ready, arg);
+		rc = perch_vtask_on_complete(h, on_ready, arg);
 		if (rc != 0)
 			return rc; /* PERCH_PENDING: on_ready carries on */
 		/* Ready while registering: on_ready will not run; read again here, in this loop. */

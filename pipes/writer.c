@@ -293,7 +293,7 @@ int perch_pipe_flush_or_wait(struct perch_pipe_writer *w, perch_vtask_fn on_flus
 	int rc = perch_pipe_flush(w, &h);
 	if (rc != PERCH_PENDING)
 		return rc;
-	rc = perch__vtask_register_own(h, on_flushed, arg);
+	rc = perch_vtask_on_complete(h, on_flushed, arg);
 	if (rc != 0)
 		return rc; /* PERCH_PENDING: on_flushed carries on */
 	/* Completed while registering: on_flushed will not run; its result is the answer. */
