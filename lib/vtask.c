@@ -29,18 +29,19 @@
  * Nothing is written after that CAS: the futex wake only names the
  * address, and the continuation was read before it.
  *
- * Only the holder of REGISTERING writes the continuation, so a registration
- * that is refused (a second one, or one for an older version) touches
- * nothing. A completion that overtakes a registration leaves LATE_REG,
- * which the registrant clears once its stores are done; ready() waits out
- * both (a few stores) so the next version's continuation is never written
- * beside them.
+ * A registration writes the continuation only while it holds REGISTERING,
+ * so a registration that is refused (a second one, or one for an older
+ * version) touches nothing. A completion that overtakes a registration
+ * leaves LATE_REG, which the registrant clears once its stores are done
+ * (its one write after the completing CAS); ready() waits out both (a few
+ * stores) so the next version's continuation is never written beside
+ * them.
  *
  * The owner alone moves a word that is COMPLETED without LATE_REG, or
  * never readied: nothing else writes such a state. So the owner readies it
- * with a store, and may write the next version's continuation before it
- * readies it (perch__vtask_preset): a park then costs no read-modify-write
- * here.
+ * with a store, and a park that readies it may write its continuation and
+ * make it REGISTERED at once (perch__vtask_ready_registered): no
+ * read-modify-write here.
  */
 #define PH_PENDING    PERCH__VT_PH_PENDING
 #define PH_REGISTERED PERCH__VT_PH_REGISTERED
@@ -48,7 +49,7 @@
 #define PH_REGISTERING PERCH__VT_PH_REGISTERING
 #define PH_MASK       PERCH__VT_PH_MASK
 #define WAITER        PERCH__VT_WAITER
-#define LATE_REG      PERCH__VT_WAITER /* the same bit: a waiter is only ever set before completion */
+#define LATE_REG      PERCH__VT_LATE_REG /* the waiter's bit: a waiter is only ever set before completion */
 #define VER_SHIFT     PERCH__VT_VER_SHIFT
 #define VER_MASK      PERCH__VT_VER_MASK
 
@@ -138,22 +139,27 @@ uint32_t perch_vtask_ready(struct perch_vtask *vt)
 	}
 }
 
-bool perch__vtask_preset(struct perch_vtask *vt, perch_vtask_fn fn, void *arg)
-{
-	if (!owner_alone(perch__load_u64(&vt->state)))
-		return false;
-	perch__store_ptr(&vt->cont_fn, (void *)fn);
-	perch__store_ptr(&vt->cont_arg, arg);
-	return true;
-}
-
-uint32_t perch__vtask_ready_preset(struct perch_vtask *vt)
+uint32_t perch__vtask_ready_registered(struct perch_vtask *vt, perch_vtask_fn fn, void *arg,
+				       bool *registered)
 {
 	uint64_t old = perch__load_u64(&vt->state);
-	PERCH_ASSERT(owner_alone(old)); /* as perch__vtask_preset found it: only the owner moves it */
+	*registered = owner_alone(old);
+	if (!*registered)
+		return perch_vtask_ready(vt);
+	/* No completion reads the continuation before the word says REGISTERED. */
+	perch__store_ptr(&vt->cont_fn, (void *)fn);
+	perch__store_ptr(&vt->cont_arg, arg);
 	uint32_t next = version_after(old);
 	perch__store_u64(&vt->state, st_make(next, PH_REGISTERED, 0));
 	return next;
+}
+
+void perch__vtask_retire(struct perch_vtask *vt, uint32_t token)
+{
+	uint64_t s = state_of(vt, token);
+	/* A later ready took the word first (a CAS: the word is not the owner's alone): nothing to do. */
+	if (s != 0 && st_phase(s) == PH_REGISTERED)
+		perch__cas_u64(&vt->state, s, st_make(token, PH_COMPLETED, 0));
 }
 
 int perch_vtask_complete(struct perch_vtask *vt, uint32_t token, int64_t result)

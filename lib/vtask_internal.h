@@ -6,13 +6,14 @@
 
 #include "atomic.h"
 
-/* result:32 | version:29 | waiter:1 | phase:2 (lib/vtask.c says why). */
+/* result:32 | version:29 | waiter or late registrant:1 | phase:2 (lib/vtask.c says why). */
 #define PERCH__VT_PH_PENDING     0u
 #define PERCH__VT_PH_REGISTERED  1u
 #define PERCH__VT_PH_COMPLETED   2u
 #define PERCH__VT_PH_REGISTERING 3u
 #define PERCH__VT_PH_MASK        3u
 #define PERCH__VT_WAITER         4u
+#define PERCH__VT_LATE_REG       4u  /* the same bit once COMPLETED: a registrant the completion overtook still writes */
 #define PERCH__VT_VER_SHIFT      3
 #define PERCH__VT_VER_MASK       0x1fffffffu
 
@@ -44,17 +45,31 @@ static inline uint32_t perch__vtask_version(const struct perch_vtask *vt)
 }
 
 /*
- * A registration made before its version exists, for an owner about to
- * park (the pipes' read_or_wait and flush_or_wait): no read-modify-write.
- * perch__vtask_preset writes the continuation and returns true when the
- * current version completed or none was readied, so that nothing else
- * reads or writes the continuation; else it touches nothing and returns
- * false (register after the park). perch__vtask_ready_preset, the owner's
- * next step after a true, readies the next version with that
- * continuation registered and returns its token, which must reach no
- * other thread before this returns. Owner's thread only, both.
+ * A park's ready with its continuation registered at once (the pipe
+ * reader's read_or_wait): called where the park readies its task, under
+ * the park's claim, before the token reaches another thread. When the
+ * word is the owner's alone (its version completed, or none readied), it
+ * writes the continuation and readies the word straight to REGISTERED,
+ * with stores, and sets *registered. Otherwise it is perch_vtask_ready
+ * and clears *registered: register after the park. Returns the token.
+ * Owner's thread only.
  */
-bool perch__vtask_preset(struct perch_vtask *vt, perch_vtask_fn fn, void *arg);
-uint32_t perch__vtask_ready_preset(struct perch_vtask *vt);
+uint32_t perch__vtask_ready_registered(struct perch_vtask *vt, perch_vtask_fn fn, void *arg,
+				       bool *registered);
+
+/*
+ * Completes, without running its continuation, a version readied by
+ * perch__vtask_ready_registered whose park was served instead of
+ * published: nobody else holds its token, so nobody would. A later ready
+ * that moved the word on first leaves nothing to do. Owner's thread.
+ */
+void perch__vtask_retire(struct perch_vtask *vt, uint32_t token);
+
+/* Whether a registrant the completion overtook is still writing the task: a free must wait. */
+static inline bool perch__vtask_registrant_late(const struct perch_vtask *vt)
+{
+	uint32_t low = (uint32_t)perch__load_u64(&vt->state);
+	return (low & PERCH__VT_PH_MASK) == PERCH__VT_PH_COMPLETED && (low & PERCH__VT_LATE_REG);
+}
 
 #endif /* PERCH_LIB_VTASK_INTERNAL_H */

@@ -26,7 +26,6 @@ struct perch_pipe_reader {
 	uint32_t parked_token;            /* the version of the last read that parked (reading thread) */
 	uint32_t state;                   /* READER_COMPLETED | READER_FREEING */
 	uint32_t repark_cookie;           /* the version a re-park keeps (delivering thread) */
-	bool preset;                      /* this park's continuation is written already (reading thread) */
 };
 
 /*

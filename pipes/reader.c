@@ -10,19 +10,41 @@
 #define READER_OF(l, member) perch__container_of(l, struct perch_pipe_reader, member)
 
 /*
+ * read_or_wait's continuation, handed to its own park's readying on this
+ * thread: the park readies the task under the slot's claim, so a second
+ * call the claim refuses never reaches it (and touches nothing). `token`
+ * comes back set when the park registered the continuation itself. It
+ * lives on the caller's stack; a park nested in another keeps its own.
+ */
+struct handoff {
+	struct perch_pipe_reader *r;
+	perch_vtask_fn fn;
+	void *arg;
+	uint32_t token;
+};
+
+static __thread struct handoff *handing;
+
+/*
  * The connection is about to park this read: ready the one task the caller
- * will await, with its continuation when read_or_wait wrote it already.
- * Then the token is noted here, before the park is published: once it is,
- * the continuation may run, and free the reader, on another thread.
+ * will await, with read_or_wait's continuation registered when the task
+ * is the reader's alone. Then the token is noted here, before the park is
+ * published: once it is, the continuation may run, and free the reader,
+ * on another thread.
  */
 static uint64_t reader_parking(struct perch_recv_listener *l, struct perch_conn *c)
 {
 	struct perch_pipe_reader *r = READER_OF(l, listener);
-	if (!r->preset)
+	struct handoff *h = handing;
+	if (!h || h->r != r)
 		return perch_vtask_ready(&r->vt);
-	r->preset = false;
-	r->parked_token = perch__vtask_ready_preset(&r->vt);
-	return r->parked_token;
+	bool registered;
+	uint32_t token = perch__vtask_ready_registered(&r->vt, h->fn, h->arg, &registered);
+	if (registered) {
+		r->parked_token = token;
+		h->token = token;
+	}
+	return token;
 }
 
 /* Parking again from inside a delivery: the caller already waits on this version. */
@@ -48,7 +70,8 @@ static void discard_all(struct perch_pipe_reader *r)
  */
 static bool reader_waiting(struct perch_pipe_reader *r)
 {
-	return r->parked_token && perch__vtask_pending(&r->vt, r->parked_token);
+	return (r->parked_token && perch__vtask_pending(&r->vt, r->parked_token)) ||
+	       perch__vtask_registrant_late(&r->vt);
 }
 
 /* The rare ways of a delivery: the reader completed, or the wake brought nothing new. */
@@ -151,38 +174,37 @@ int perch_pipe_read(struct perch_pipe_reader *r, struct perch_read_result *out,
 }
 
 /*
- * read_or_wait's way when the last read's task completed: the continuation
- * is written before the park and registered as the park readies the task
- * (reader_parking), so the park is the only registration. Once it returns
- * PERCH_PENDING the reader is the continuation's.
+ * Parks with on_ready handed to the park's readying. Returns what the park
+ * returned, and the token when the park registered on_ready itself (else
+ * 0). A park served after it so readied the task leaves a version nobody
+ * completes: retired here.
  */
-static int read_with_preset(struct perch_pipe_reader *r, struct perch_read_result *out)
+static int park_handing_over(struct perch_pipe_reader *r, struct perch_read_result *out,
+			     perch_vtask_fn on_ready, void *arg, uint64_t *token, uint32_t *registered)
 {
-	uint32_t parked_before = r->parked_token;
-	uint64_t token;
-	r->preset = true;
-	int rc = perch__conn_park_read(r->c, &r->listener, out, &token);
-	if (rc == PERCH_PENDING)
-		return rc;
-	/* Served without parking: a version readied here was never published, and nobody completes it. */
-	r->preset = false;
-	r->parked_token = parked_before;
+	struct handoff h = { r, on_ready, arg, 0 }, *outer = handing;
+	handing = &h;
+	int rc = perch__conn_park_read(r->c, &r->listener, out, token);
+	handing = outer;
+	*registered = h.token;
+	if (*registered && rc != PERCH_PENDING)
+		perch__vtask_retire(&r->vt, *registered);
 	return rc;
 }
 
 int perch_pipe_read_or_wait(struct perch_pipe_reader *r, struct perch_read_result *out,
 			    perch_vtask_fn on_ready, void *arg)
 {
-	if (!on_ready)
+	if (!r || !out || !on_ready || reader_completed(r))
 		return -EINVAL;
-	if (r && out && !reader_completed(r) && perch__vtask_preset(&r->vt, on_ready, arg))
-		return read_with_preset(r, out);
 	for (;;) {
-		struct perch_vtask_handle h;
-		int rc = perch_pipe_read(r, out, &h);
-		if (rc != PERCH_PENDING)
-			return rc;
-		rc = perch_vtask_on_complete(h, on_ready, arg);
+		uint64_t token;
+		uint32_t registered;
+		int rc = park_handing_over(r, out, on_ready, arg, &token, &registered);
+		if (rc != PERCH_PENDING || registered)
+			return rc; /* a registered park's reader is the continuation's now */
+		r->parked_token = (uint32_t)token;
+		rc = perch_vtask_on_complete((struct perch_vtask_handle){ &r->vt, (uint32_t)token }, on_ready, arg);
 		if (rc != 0)
 			return rc; /* PERCH_PENDING: on_ready carries on */
 		/* Ready while registering: on_ready will not run; read again here, in this loop. */

@@ -192,7 +192,8 @@ static bool another_flush_waits(struct perch_pipe_writer *w, uint32_t life_befor
 }
 
 /*
- * Mark first, then look: a parking flush readies its task, then looks for
+ * Mark first, then look: a parking flush readies its task, arms (an
+ * exchange, which orders the ready before what follows), then looks for
  * the mark, so one of the two sees the other. Only parks ready this task:
  * a pending version is a flush that waits or is parking, and whoever takes
  * the mark back cancels it. One that completed meanwhile leaves the cancel

@@ -774,3 +774,59 @@ const struct race_def race_pipe_read_or_wait_unpublished_vs_bytes = {
 	.window_branch = 2,
 	.window_needs_scheduler = true,
 };
+
+/* ---- two read_or_wait calls on one reader: the refused one touches nothing ---- */
+
+static uint32_t second_runs;
+static int64_t second_result;
+static int second_rc;
+
+static void second_ran(void *arg, int64_t result)
+{
+	perch__faa_u32(&second_runs, 1);
+	second_result = result;
+}
+
+static void setup_two_read_or_wait(void *p, uint64_t round)
+{
+	setup_read_or_wait(p, round);
+	perch__store_u32(&second_runs, 0);
+	second_rc = 1;
+}
+
+static void second_read_or_wait(void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	struct perch_read_result res;
+	second_rc = perch_pipe_read_or_wait(s->r, &res, second_ran, s);
+}
+
+/*
+ * One call parked and the other was refused (-EBUSY); the bytes then run
+ * the parked call's continuation once, and never the refused one's.
+ */
+static bool judge_two_read_or_wait(struct race *r, void *p, uint64_t round)
+{
+	struct pipe_state *s = p;
+	bool first_parked = s->rc == PERCH_PENDING;
+	bool ok = first_parked ? second_rc == -EBUSY : s->rc == -EBUSY && second_rc == PERCH_PENDING;
+	if (ok) {
+		bytes_arrive(p, round);
+		uint32_t runs = perch__load_u32(&cont.runs), seconds = perch__load_u32(&second_runs);
+		ok = first_parked ? runs == 1 && cont.result == 0 && seconds == 0
+				  : seconds == 1 && second_result == 0 && runs == 0;
+		race_branch(r, first_parked ? 0 : 1);
+	}
+	if (!ok)
+		race_fail(r, round, "the calls returned %d and %d; their continuations ran %u and %u times", s->rc,
+			  second_rc, perch__load_u32(&cont.runs), perch__load_u32(&second_runs));
+	end_round(s, ok);
+	return ok;
+}
+
+const struct race_def race_pipe_two_read_or_wait = {
+	.name = "pipes: two read_or_wait calls race; the refused one touches nothing",
+	.actors = 2, .exhaustive = true, .create = pipe_create, .destroy = pipe_destroy, .setup = setup_two_read_or_wait,
+	.actor = { read_or_wait, second_read_or_wait }, .judge = judge_two_read_or_wait,
+	.branch_names = { "the first parked", "the second parked" },
+};

@@ -1,4 +1,4 @@
-/* stress/race_vtask.c: value-task races: registration vs completion, a late completion vs the next version, two registrations, a preset over a late registrant. */
+/* stress/race_vtask.c: value-task races: registration vs completion, a late completion vs the next version, two registrations, a registered ready over a late registrant or a completion. */
 /*
  * Every race here is judged by stress/harness.c: it fails unless its two
  * halves overlapped in at least 1,000 of 200,000 rounds (the overlap floor,
@@ -233,16 +233,16 @@ const struct race_def race_vtask_register_vs_complete = {
 	.branch_names = { "registered, ran once", "found complete, went on inline" },
 };
 
-/* ---- the owner presets the next version while a registration the completion overtook still writes ---- */
+/* ---- the owner readies the next version registered while a registration the completion overtook still writes ---- */
 
 struct preset_state {
 	struct perch_vtask vt;
 	struct perch_vtask_handle h;   /* the version being completed */
 	uint32_t next;                 /* the owner's next version */
-	uint32_t late_runs, next_runs; /* the late registrant's continuation, the owner's */
+	uint32_t late_runs, next_runs; /* the other continuation (late registrant's, or registered), the owner's */
 	int64_t late_result, next_result;
 	int rc;
-	bool preset_refused;
+	bool not_registered;           /* the owner's ready could not register: it did afterwards */
 };
 
 static void *preset_create(void)
@@ -260,7 +260,7 @@ static void preset_setup(void *p, uint64_t round)
 	s->late_runs = s->next_runs = 0;
 	s->late_result = s->next_result = -1;
 	s->rc = 0;
-	s->preset_refused = false;
+	s->not_registered = false;
 }
 
 static void late_cont(void *arg, int64_t result)
@@ -283,49 +283,104 @@ static void late_registrant(void *p, uint64_t round)
 	s->rc = perch_vtask_on_complete(s->h, late_cont, s);
 }
 
-/* As a pipe's read_or_wait does: complete, then park again with the continuation written first. */
-static void complete_then_preset(void *p, uint64_t round)
+/* As a pipe's read_or_wait parks: the next version readied with its continuation, else registered after. */
+static void ready_next_registered(struct preset_state *s)
+{
+	bool registered;
+	s->next = perch__vtask_ready_registered(&s->vt, next_cont, s, &registered);
+	if (registered)
+		return;
+	s->not_registered = true;
+	perch_vtask_on_complete((struct perch_vtask_handle){ &s->vt, s->next }, next_cont, s);
+}
+
+static void complete_then_ready_registered(void *p, uint64_t round)
 {
 	struct preset_state *s = p;
 	perch_vtask_complete(&s->vt, s->h.token, 1);
-	if (perch__vtask_preset(&s->vt, next_cont, s)) {
-		s->next = perch__vtask_ready_preset(&s->vt);
-		return;
-	}
-	s->preset_refused = true;
-	s->next = perch_vtask_ready(&s->vt);
-	perch_vtask_on_complete((struct perch_vtask_handle){ &s->vt, s->next }, next_cont, s);
+	ready_next_registered(s);
+}
+
+/* The next version's completion runs the owner's continuation once, with its result, and nothing else. */
+static bool next_version_runs_the_owners(struct race *r, struct preset_state *s, uint64_t round,
+					 bool other_ok)
+{
+	int rc = perch_vtask_complete(&s->vt, s->next, 2);
+	bool ok = other_ok && rc == 0 && s->next_runs == 1 && s->next_result == 2 && s->late_runs <= 1;
+	if (!ok)
+		race_fail(r, round, "the other call rc %d, its continuation ran %u times (result %lld); the next "
+			  "version's completion rc %d ran the owner's %u times (result %lld)", s->rc, s->late_runs,
+			  (long long)s->late_result, rc, s->next_runs, (long long)s->next_result);
+	return ok;
 }
 
 /*
  * The late registration ran on the first completion, went on inline, or
- * came after the next version and was refused; the next version's completion runs the owner's continuation, once, and
- * never the late one's.
+ * came after the next version and was refused; then the next version's
+ * completion runs the owner's continuation only.
  */
 static bool judge_preset(struct race *r, void *p, uint64_t round)
 {
 	struct preset_state *s = p;
 	bool late_ok = s->rc == PERCH_PENDING ? s->late_runs == 1 && s->late_result == 1
 					      : (s->rc == 0 || s->rc == -ESTALE) && s->late_runs == 0;
-	int rc = perch_vtask_complete(&s->vt, s->next, 2);
-	bool ok = late_ok && rc == 0 && s->next_runs == 1 && s->next_result == 2 && s->late_runs <= 1;
-	if (!ok) {
-		race_fail(r, round, "registration rc %d ran %u times (result %lld); the next version's "
-			  "completion rc %d ran the owner's %u times (result %lld)", s->rc, s->late_runs,
-			  (long long)s->late_result, rc, s->next_runs, (long long)s->next_result);
+	if (!next_version_runs_the_owners(r, s, round, late_ok))
 		return false;
-	}
-	race_branch(r, s->preset_refused ? 1 : s->rc == PERCH_PENDING ? 0 : s->rc == 0 ? 2 : 3);
+	race_branch(r, s->not_registered ? 1 : s->rc == PERCH_PENDING ? 0 : s->rc == 0 ? 2 : 3);
 	return true;
 }
 
 const struct race_def race_vtask_preset_vs_late_registrant = {
-	.name = "vtask: a preset races a registration the completion overtook",
+	.name = "vtask: a registered ready races a registration the completion overtook",
 	.actors = 2, .exhaustive = true, .create = preset_create, .destroy = vt_destroy, .setup = preset_setup,
-	.actor = { late_registrant, complete_then_preset }, .judge = judge_preset,
-	.branch_names = { "registered before the completion: ran once", "preset refused: the registrant still wrote",
+	.actor = { late_registrant, complete_then_ready_registered }, .judge = judge_preset,
+	.branch_names = { "registered before the completion: ran once", "not registered at the ready: the registrant still wrote",
 			  "registration found it complete: went on inline",
 			  "registration after the next version: refused as stale" },
 	.window_branch = 2,
 	.window_needs_scheduler = true,
+};
+
+/* ---- the owner readies the next version registered while the last one's completion runs ---- */
+
+static void preset_setup_registered(void *p, uint64_t round)
+{
+	struct preset_state *s = p;
+	preset_setup(p, round);
+	if (perch_vtask_on_complete(s->h, late_cont, s) != PERCH_PENDING)
+		abort();
+}
+
+static void complete_last(void *p, uint64_t round)
+{
+	struct preset_state *s = p;
+	s->rc = perch_vtask_complete(&s->vt, s->h.token, 1);
+}
+
+static void owner_readies_registered(void *p, uint64_t round)
+{
+	ready_next_registered(p);
+}
+
+/*
+ * The last version completed with its own continuation (once, with 1) or
+ * was readied over (-ESTALE, never run); the next runs the owner's only.
+ */
+static bool judge_ready_registered_vs_completion(struct race *r, void *p, uint64_t round)
+{
+	struct preset_state *s = p;
+	bool last_ok = s->rc == 0 ? s->late_runs == 1 && s->late_result == 1
+				  : s->rc == -ESTALE && s->late_runs == 0;
+	if (!next_version_runs_the_owners(r, s, round, last_ok))
+		return false;
+	race_branch(r, s->rc == 0 ? (s->not_registered ? 1 : 0) : 2);
+	return true;
+}
+
+const struct race_def race_vtask_ready_registered_vs_completion = {
+	.name = "vtask: a registered ready races the last version's completion",
+	.actors = 2, .exhaustive = true, .create = preset_create, .destroy = vt_destroy, .setup = preset_setup_registered,
+	.actor = { complete_last, owner_readies_registered }, .judge = judge_ready_registered_vs_completion,
+	.branch_names = { "completed first: the ready registered", "completed as the ready looked: registered after",
+			  "readied over: the completion refused as stale" },
 };

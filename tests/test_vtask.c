@@ -232,33 +232,53 @@ static void blocking_wait_times_out(void **state)
 }
 
 /*
- * An owner about to park may write the next version's continuation first,
- * but only over a task no one else may touch: completed, or never readied.
- * Over a version still pending it is refused and touches nothing.
+ * A park readies its task with the continuation registered at once only
+ * over a word no one else may touch: completed, or never readied. Over a
+ * version still pending it is an ordinary ready, and the continuation
+ * registered for the old version is left as it was.
  */
-static void a_preset_continuation_needs_a_task_only_its_owner_moves(void **state)
+static void a_ready_registers_only_over_a_task_its_owner_alone_moves(void **state)
 {
 	struct perch_vtask vt;
 	struct tally first = { 0, 0 }, second = { 0, 0 };
+	bool registered = false;
 	perch_vtask_init(&vt);
-	assert_true(perch__vtask_preset(&vt, count_run, &second)); /* never readied */
-	struct perch_vtask_handle h = { &vt, perch_vtask_ready(&vt) };
-	assert_int_equal(perch_vtask_on_complete(h, count_run, &first), PERCH_PENDING);
-	assert_false(perch__vtask_preset(&vt, count_run, &second));
-	assert_int_equal(perch_vtask_complete(&vt, h.token, 1), 0);
-	assert_int_equal(first.runs, 1);
-	assert_int_equal(second.runs, 0);
-	/* Completed: the next version is readied with the continuation registered. */
-	assert_true(perch__vtask_preset(&vt, count_run, &second));
-	struct perch_vtask_handle next = { &vt, perch__vtask_ready_preset(&vt) };
-	assert_int_not_equal(next.token, h.token);
+	struct perch_vtask_handle h = { &vt, perch__vtask_ready_registered(&vt, count_run, &first, &registered) };
+	assert_true(registered); /* never readied */
+	assert_int_equal(perch_vtask_on_complete(h, count_run, &second), -EBUSY);
+	struct perch_vtask_handle next = { &vt, perch__vtask_ready_registered(&vt, count_run, &second, &registered) };
+	assert_false(registered); /* h still pending: readied over, not registered */
+	assert_int_equal(perch_vtask_complete(&vt, h.token, 1), -ESTALE);
+	assert_int_equal(first.runs, 0);
 	assert_int_equal(perch_vtask_status(next), PERCH_PENDING);
-	assert_int_equal(perch_vtask_on_complete(next, count_run, &first), -EBUSY);
-	assert_int_equal(perch_vtask_complete(&vt, h.token, 3), -ESTALE);
 	assert_int_equal(perch_vtask_complete(&vt, next.token, 2), 0);
-	assert_int_equal(first.runs, 1);
+	assert_int_equal(second.runs, 0); /* nothing was registered on it */
+	/* Completed: the next version is readied with the continuation registered. */
+	h = (struct perch_vtask_handle){ &vt, perch__vtask_ready_registered(&vt, count_run, &second, &registered) };
+	assert_true(registered);
+	assert_int_equal(perch_vtask_complete(&vt, next.token, 3), -ESTALE);
+	assert_int_equal(perch_vtask_complete(&vt, h.token, 4), 0);
 	assert_int_equal(second.runs, 1);
-	assert_int_equal(second.result, 2);
+	assert_int_equal(second.result, 4);
+}
+
+/* A version readied registered and never published is retired: complete, its continuation never run. */
+static void a_retired_version_completes_without_its_continuation(void **state)
+{
+	struct perch_vtask vt;
+	struct tally t = { 0, 0 };
+	bool registered = false;
+	perch_vtask_init(&vt);
+	struct perch_vtask_handle h = { &vt, perch__vtask_ready_registered(&vt, count_run, &t, &registered) };
+	assert_true(registered);
+	perch__vtask_retire(&vt, h.token);
+	assert_int_equal(perch_vtask_status(h), 0);
+	assert_int_equal(perch_vtask_complete(&vt, h.token, 1), -EALREADY);
+	assert_int_equal(t.runs, 0);
+	/* A retire after a later ready leaves the later version alone. */
+	struct perch_vtask_handle later = { &vt, perch_vtask_ready(&vt) };
+	perch__vtask_retire(&vt, h.token);
+	assert_int_equal(perch_vtask_status(later), PERCH_PENDING);
 }
 
 int main(void)
@@ -266,7 +286,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(registered_continuation_runs_once_on_complete),
 		cmocka_unit_test(registration_after_completion_goes_on_inline),
-		cmocka_unit_test(a_preset_continuation_needs_a_task_only_its_owner_moves),
+		cmocka_unit_test(a_ready_registers_only_over_a_task_its_owner_alone_moves),
+		cmocka_unit_test(a_retired_version_completes_without_its_continuation),
 		cmocka_unit_test(second_registration_is_refused),
 		cmocka_unit_test(stale_token_is_refused),
 		cmocka_unit_test(stale_completion_neither_completes_nor_overwrites_the_new_version),

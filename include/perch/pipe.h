@@ -75,7 +75,8 @@ PERCH_API int perch_pipe_new(const struct perch_pipe_opts *opts, struct perch_pi
  * the connection. A read still parked is taken back: its task completes
  * with -ECANCELED and its continuation runs inside this call, where a free
  * of the same reader is ignored. From inside a continuation of its own is
- * fine too. NULL is ignored.
+ * fine too, but not while another thread is still inside a call on the
+ * reader (a read the slot refused, say). NULL is ignored.
  */
 PERCH_API void perch_pipe_reader_free(struct perch_pipe_reader *r);
 

@@ -25,12 +25,14 @@ typedef void (*perch_vtask_fn)(void *arg, int64_t result);
  *
  * Version, phase and result share one 64-bit word, so a completion meant
  * for an older version can never complete (or overwrite the result of) a
- * newer one, and nothing touches the task after the completing CAS (a
- * waiter may free it at once).
+ * newer one, and the completer touches nothing after its CAS (a waiter
+ * may free the task at once). A registration that the completion overtook
+ * still writes the task before its own call returns: free a task only
+ * once no call on it is under way.
  */
 struct perch_vtask {
 	uint64_t state;            /* result:32 | version:29 | waiter:1 | phase:2 */
-	void *cont_fn;             /* a perch_vtask_fn, written by the registrant alone */
+	void *cont_fn;             /* a perch_vtask_fn, written by its registration alone */
 	void *cont_arg;
 };
 
