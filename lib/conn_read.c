@@ -35,7 +35,8 @@ static void fill_result(struct perch_conn *c, struct perch_read_result *out)
 	out->completed = (flags & PERCH__RX_PEER_FIN) != 0;
 	out->error = (flags & PERCH__RX_ERROR) ? perch__load_u32((uint32_t *)&c->rx_error) : 0;
 	out->closed = (flags & PERCH__RX_CLOSED) != 0;
-	out->canceled = perch__xchg_u32(&c->rd_cancel, 0) != 0;
+	/* A load first: cancels are rare, and this runs for every result. */
+	out->canceled = perch__load_u32(&c->rd_cancel) != 0 && perch__xchg_u32(&c->rd_cancel, 0) != 0;
 	c->rd_result_base = c->rd_consumed;
 	c->rd_result_len = out->len;
 	c->rd_have_result = true;
