@@ -99,13 +99,13 @@ int perch_vtask_init(struct perch_vtask *vt)
  */
 static bool owner_alone(uint64_t s)
 {
-	return (st_phase(s) == PH_COMPLETED && !(s & LATE_REG)) || st_version(s) == 0;
+	return (st_phase(s) == PH_COMPLETED || st_version(s) == 0) && !perch__vt_late_registrant(s);
 }
 
 /* A registrant of the current version is still writing the continuation. */
 static bool registrant_writing(uint64_t s)
 {
-	return st_phase(s) == PH_REGISTERING || (st_phase(s) == PH_COMPLETED && (s & LATE_REG));
+	return st_phase(s) == PH_REGISTERING || perch__vt_late_registrant(s);
 }
 
 /* Only the owner changes the version. */

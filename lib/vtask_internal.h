@@ -65,11 +65,16 @@ uint32_t perch__vtask_ready_registered(struct perch_vtask *vt, perch_vtask_fn fn
  */
 void perch__vtask_retire(struct perch_vtask *vt, uint32_t token);
 
+/* In a state word: completed, and a registrant the completion overtook is still writing. */
+static inline bool perch__vt_late_registrant(uint64_t s)
+{
+	return (s & PERCH__VT_PH_MASK) == PERCH__VT_PH_COMPLETED && (s & PERCH__VT_LATE_REG);
+}
+
 /* Whether a registrant the completion overtook is still writing the task: a free must wait. */
 static inline bool perch__vtask_registrant_late(const struct perch_vtask *vt)
 {
-	uint32_t low = (uint32_t)perch__load_u64(&vt->state);
-	return (low & PERCH__VT_PH_MASK) == PERCH__VT_PH_COMPLETED && (low & PERCH__VT_LATE_REG);
+	return perch__vt_late_registrant(perch__load_u64(&vt->state));
 }
 
 #endif /* PERCH_LIB_VTASK_INTERNAL_H */
