@@ -11,26 +11,54 @@
 
 /* ================= the connection as its own listener ================= */
 
+/* Set before the park that calls these: the slot's publish orders it for the completing thread. */
+static struct perch__conn_tasks *own_tasks(struct perch_conn *c)
+{
+	struct perch__conn_tasks *t = perch__load_ptr((void *const *)&c->own_tasks);
+	PERCH_ASSERT(t != NULL);
+	return t;
+}
+
 static uint64_t self_read_parking(struct perch_recv_listener *l, struct perch_conn *c)
 {
-	return perch_vtask_ready(&c->read_task);
+	return perch_vtask_ready(&own_tasks(c)->read_task);
 }
 
 /* Completes the version this park readied: a late delivery cannot complete a newer one. */
 static void self_read_ready(struct perch_recv_listener *l, struct perch_conn *c, uint64_t cookie)
 {
-	perch_vtask_complete(&c->read_task, (uint32_t)cookie, 0);
+	perch_vtask_complete(&own_tasks(c)->read_task, (uint32_t)cookie, 0);
 }
 
 static uint64_t self_flush_parking(struct perch_flush_listener *l, struct perch_conn *c)
 {
-	return perch_vtask_ready(&c->flush_task);
+	return perch_vtask_ready(&own_tasks(c)->flush_task);
 }
 
 static void self_flush_done(struct perch_flush_listener *l, struct perch_conn *c, uint64_t cookie,
 			    int result)
 {
-	perch_vtask_complete(&c->flush_task, (uint32_t)cookie, result);
+	perch_vtask_complete(&own_tasks(c)->flush_task, (uint32_t)cookie, result);
+}
+
+/*
+ * The reader and the flusher may make them at once, each on its first
+ * call: one CAS installs a block, and the loser frees its own.
+ */
+struct perch__conn_tasks *perch__conn_tasks(struct perch_conn *c)
+{
+	struct perch__conn_tasks *t = perch__load_ptr((void *const *)&c->own_tasks);
+	if (t)
+		return t;
+	struct perch__conn_tasks *made = malloc(sizeof(*made));
+	if (!made)
+		return NULL;
+	perch_vtask_init(&made->read_task);
+	perch_vtask_init(&made->flush_task);
+	if (perch__cas_ptr((void **)&c->own_tasks, NULL, made))
+		return made;
+	free(made);
+	return perch__load_ptr((void *const *)&c->own_tasks);
 }
 
 struct perch_recv_listener perch__conn_self_reader = {
@@ -68,8 +96,6 @@ struct perch_conn *perch__conn_new(const struct perch__transport_ops *ops, void 
 	c->refs = 1;
 	c->ops = ops;
 	c->transport = transport;
-	perch_vtask_init(&c->read_task);
-	perch_vtask_init(&c->flush_task);
 	return c;
 }
 
@@ -90,6 +116,7 @@ void perch__conn_destroy(struct perch_conn *c)
 	perch__stage_drop(c);
 	if (c->ops->destroy)
 		c->ops->destroy(c);
+	free(c->own_tasks);
 	free((uint8_t *)c - c->block_skip);
 }
 

@@ -54,7 +54,8 @@ static int flush_closed_while_arming(struct perch_conn *c, struct perch__txbuf *
 		struct perch_flush_listener *l = perch__xchg_ptr(&c->flush_listener, NULL);
 		/* The conn's own task: the version this park readied is nobody's; ended while the conn is held. */
 		if (l == &perch__conn_self_flusher)
-			perch_vtask_complete(&c->flush_task, (uint32_t)perch__load_u64(&c->flush_cookie), -EPIPE);
+			perch_vtask_complete(&c->own_tasks->flush_task,
+					     (uint32_t)perch__load_u64(&c->flush_cookie), -EPIPE);
 		perch__store_u32(&c->flush_busy, 0);
 		rc = -EPIPE;
 	}
@@ -119,18 +120,21 @@ int perch_conn_flush(struct perch_conn *c, struct perch_vtask_handle *task)
 {
 	if (!c || !task)
 		return -EINVAL;
+	struct perch__conn_tasks *own = perch__conn_tasks(c);
+	if (!own)
+		return -ENOMEM;
 	/*
 	 * The completion lets the guard go before it signals: a flush in that
 	 * gap would ready a new version of the one task over the version its
 	 * caller still waits on. Pending means still waiting, or still being
 	 * signalled; the continuation flushing again finds it complete.
 	 */
-	if (perch__vtask_current_pending(&c->flush_task))
+	if (perch__vtask_current_pending(&own->flush_task))
 		return -EBUSY;
 	uint64_t token;
 	int rc = perch__conn_park_flush(c, &perch__conn_self_flusher, &token);
 	if (rc == PERCH_PENDING) {
-		task->task = &c->flush_task;
+		task->task = &own->flush_task;
 		task->token = (uint32_t)token;
 	}
 	return rc;

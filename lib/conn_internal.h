@@ -167,6 +167,9 @@ struct perch_conn {
 					* spread over several buffers at most half full, leaves them (0: never) */
 	/* The fifo's first two entries, never freed: one segment at a time in flight takes no malloc. */
 	struct perch__rx_entry rx_first[2];
+	/* Set at creation, then only read (by every side): they fill the reader's second line. */
+	const struct perch__transport_ops *ops;
+	void *transport;               /* the backend's per-connection state */
 
 	/* ---- flush arm (any thread) ---- */
 	uint32_t flush_busy CK_CC_CACHELINE;   /* the in-progress guard */
@@ -178,21 +181,29 @@ struct perch_conn {
 	struct perch__txbuf *staged_head;
 	struct perch__txbuf *staged_tail;
 	size_t staged_len;
-	bool tx_shut;                  /* perch_conn_shutdown ended the write side */
-	uint8_t block_skip;            /* where the connection starts in its malloc'd block */
 
 	/* ---- lifecycle ---- */
 	uint32_t refs;
-	const struct perch__transport_ops *ops;
-	void *transport;               /* the backend's per-connection state */
-
-	struct perch_vtask read_task;  /* the connection as its own reader (perch__conn_self_reader) */
-	struct perch_vtask flush_task; /* the connection as its own flusher (perch__conn_self_flusher) */
+	bool tx_shut;                  /* perch_conn_shutdown ended the write side */
+	uint8_t block_skip;            /* where the connection starts in its malloc'd block */
+	/* Its own tasks, made by its first perch_conn_read or perch_conn_flush (a pipe's conn never has them). */
+	struct perch__conn_tasks *own_tasks;
 };
 
-/* An idle connection's bytes (doc/perf/scale): the completions' group on one line, five in all. */
+/*
+ * The connection as its own reader and flusher (perch__conn_self_reader,
+ * perch__conn_self_flusher): the value tasks perch_conn_read and
+ * perch_conn_flush hand out. Installed once, by a CAS; freed with the conn.
+ */
+struct perch__conn_tasks {
+	struct perch_vtask read_task;
+	struct perch_vtask flush_task;
+};
+
+/* An idle connection's bytes (doc/perf/scale): each group starts a line, four in all. */
 _Static_assert(offsetof(struct perch_conn, rd_fifo_head) == CK_MD_CACHELINE &&
-		       sizeof(struct perch_conn) <= 5 * CK_MD_CACHELINE,
+		       offsetof(struct perch_conn, flush_busy) == 3 * CK_MD_CACHELINE &&
+		       sizeof(struct perch_conn) <= 4 * CK_MD_CACHELINE,
 	       "struct perch_conn grew past its lines");
 
 /*
@@ -202,6 +213,9 @@ _Static_assert(offsetof(struct perch_conn, rd_fifo_head) == CK_MD_CACHELINE &&
  */
 extern struct perch_recv_listener perch__conn_self_reader;
 extern struct perch_flush_listener perch__conn_self_flusher;
+
+/* Any thread: the connection's own tasks, made at the first call that asks. NULL on ENOMEM. */
+struct perch__conn_tasks *perch__conn_tasks(struct perch_conn *c);
 
 /*
  * The backend's contract: it calls the completion entry points below while

@@ -299,10 +299,13 @@ int perch_conn_read(struct perch_conn *c, struct perch_read_result *out,
 {
 	if (!c || !out || !task)
 		return -EINVAL;
+	struct perch__conn_tasks *own = perch__conn_tasks(c);
+	if (!own)
+		return -ENOMEM;
 	uint64_t token;
 	int rc = perch__conn_park_read(c, &perch__conn_self_reader, out, &token);
 	if (rc == PERCH_PENDING) {
-		task->task = &c->read_task;
+		task->task = &own->read_task;
 		task->token = (uint32_t)token;
 	}
 	return rc;

@@ -4,21 +4,7 @@
 #include <perch.h>
 
 #include "conn_fixture.h"
-
-/*
- * Fault injection: the program links with -Wl,--wrap=malloc, so every
- * malloc of the test and of the static library comes here. Armed with n,
- * the n-th call from now fails.
- */
-void *__real_malloc(size_t size);
-static int malloc_fails_in;
-
-void *__wrap_malloc(size_t size)
-{
-	if (malloc_fails_in > 0 && --malloc_fails_in == 0)
-		return NULL;
-	return __real_malloc(size);
-}
+#include "malloc_fails.h"
 
 /* Byte i of a segment tagged `tag`: every forwarded byte can be checked against where it came from. */
 static uint8_t pattern(uint8_t tag, size_t i)

@@ -7,6 +7,7 @@
 #include <perch.h>
 
 #include "conn_fixture.h"
+#include "malloc_fails.h"
 
 static void read_with_bytes_queued_is_served_at_once(void **state)
 {
@@ -309,6 +310,38 @@ static void conn_read_completes_its_own_value_task(void **state)
 	assert_int_equal(perch_vtask_status(h2), 0);
 }
 
+/* The connection's own tasks are made at the first call that needs them: without memory, nothing moves. */
+static void own_tasks_out_of_memory_refuse_the_read_and_the_flush_touching_nothing(void **state)
+{
+	struct perch_conn *c = conn_of(state);
+	struct fake_transport *t = transport_of(state);
+	struct perch_read_result res;
+	struct perch_vtask_handle rh = { NULL, 0 }, fh = { NULL, 0 };
+	assert_int_equal(perch_conn_write(c, "out", 3), 0);
+	malloc_fails_in = 1;
+	assert_int_equal(perch_conn_read(c, &res, &rh), -ENOMEM);
+	assert_int_equal(malloc_fails_in, 0);
+	assert_int_equal(c->read_waiter, PERCH__SLOT_EMPTY);
+	malloc_fails_in = 1;
+	assert_int_equal(perch_conn_flush(c, &fh), -ENOMEM);
+	assert_int_equal(malloc_fails_in, 0);
+	assert_int_equal(c->staged_len, 3);
+	assert_int_equal(c->flush_busy, 0);
+	assert_int_equal(t->sends, 0);
+	assert_null(rh.task);
+	assert_null(fh.task);
+	/* With memory both go on, the read's bytes and the staged ones intact. */
+	assert_int_equal(perch_conn_read(c, &res, &rh), PERCH_PENDING);
+	assert_int_equal(perch_conn_flush(c, &fh), PERCH_PENDING);
+	assert_int_equal(t->sends, 1);
+	fake_recv(c, "in");
+	assert_int_equal(perch_vtask_status(rh), 0);
+	fake_send_done(c, 0);
+	assert_int_equal(perch_vtask_status(fh), 0);
+	assert_int_equal(perch_conn_try_read(c, &res), 0);
+	assert_int_equal(res.len, 2);
+}
+
 /* A reader whose delivery blocks until the test lets it go: the reader re-parks meanwhile. */
 struct slow_reader {
 	struct perch_recv_listener l;
@@ -417,6 +450,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(examined_to_the_end_parks_the_next_read, setup, teardown),
 		cmocka_unit_test_setup_teardown(advance_misuse_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(conn_read_completes_its_own_value_task, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			own_tasks_out_of_memory_refuse_the_read_and_the_flush_touching_nothing, setup, teardown),
 		cmocka_unit_test_setup_teardown(late_delivery_carries_its_own_parks_cookie, setup, teardown),
 		cmocka_unit_test_setup_teardown(bad_arguments_return_einval, setup, teardown),
 	};

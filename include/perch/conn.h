@@ -110,7 +110,10 @@ PERCH_API int perch_conn_try_read(struct perch_conn *c, struct perch_read_result
  * connection as its listener. On PERCH_PENDING, *task is the value task
  * that completes (with 0) when the read is ready; then call
  * perch_conn_try_read, which may still return -EAGAIN: a wake can bring
- * nothing new (then call perch_conn_read again, which parks anew).
+ * nothing new (then call perch_conn_read again, which parks anew). The
+ * first perch_conn_read or perch_conn_flush makes the connection's two
+ * tasks (48 bytes; a connection read through pipes never has them), and
+ * returns -ENOMEM, touching nothing, when it cannot.
  */
 PERCH_API int perch_conn_read(struct perch_conn *c, struct perch_read_result *out,
 			      struct perch_vtask_handle *task);
@@ -221,7 +224,8 @@ PERCH_API int perch_conn_try_flush_or_park(struct perch_conn *c,
  * negative errno once the kernel took every byte. Returns as
  * perch_conn_try_flush_or_park, and -EBUSY also while the last flush's task
  * is still being signalled (the guard is released just before, so that its
- * continuation can flush again: from there the task is already complete).
+ * continuation can flush again: from there the task is already complete),
+ * and -ENOMEM as perch_conn_read.
  */
 PERCH_API int perch_conn_flush(struct perch_conn *c, struct perch_vtask_handle *task);
 
