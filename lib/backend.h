@@ -118,10 +118,9 @@ struct perch__sock {
 	uint32_t lingering;          /* atomic: perch_conn_close_lingering took it (a second call is -EALREADY) */
 	struct perch__txbuf *tx_chain; /* the chain being sent (one send in flight) */
 	struct perch__txbuf *tx_cur;   /* first buffer with unsent bytes */
-	struct perch__msg send_msg;  /* ops->send from another thread */
+	struct perch__msg send_msg;  /* ops->send, or the one ops->shutdown, from another thread */
 	struct perch__txbuf *posted_chain;
 	struct perch__msg close_msg; /* ops->close from another thread */
-	struct perch__msg shutdown_msg; /* ops->shutdown from another thread */
 	/*
 	 * A socket is a connection or a listener for life (kind). What only a
 	 * connect or a listener needs lives apart: an accepted connection, most

@@ -368,15 +368,19 @@ static void shutdown_write(struct perch__sock *s)
 
 static void run_posted_shutdown(struct perch_loop *loop, struct perch__msg *m)
 {
-	run_posted_call(perch__container_of(m, struct perch__sock, shutdown_msg),
-			shutdown_write);
+	run_posted_call(perch__container_of(m, struct perch__sock, send_msg), shutdown_write);
 }
 
-/* The core calls it once per connection, with no send in flight: nothing is queued before the FIN. */
+/*
+ * The core calls it once per connection, with no send in flight: nothing
+ * is queued before the FIN, and the send's message is free to carry it (a
+ * posted send has run before the send_done that let the guard go; a close
+ * or an error that let it go first makes the core refuse the shutdown).
+ */
 static void op_shutdown(struct perch_conn *c)
 {
 	struct perch__sock *s = c->transport;
-	call_on_loop(s, &s->shutdown_msg, run_posted_shutdown, shutdown_write);
+	call_on_loop(s, &s->send_msg, run_posted_shutdown, shutdown_write);
 }
 
 static const struct perch__transport_ops loop_conn_ops = {
