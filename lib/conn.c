@@ -73,7 +73,8 @@ struct perch_flush_listener perch__conn_self_flusher = {
 
 /* ================= creation and references ================= */
 
-struct perch_conn *perch__conn_new(const struct perch__transport_ops *ops, void *transport)
+/* A connection in a block with `extra` bytes after it (its transport's, when it has them there). */
+static struct perch_conn *conn_make(const struct perch__transport_ops *ops, size_t extra)
 {
 	if (!ops || !ops->send || !ops->release_seg)
 		return NULL;
@@ -84,7 +85,7 @@ struct perch_conn *perch__conn_new(const struct perch__transport_ops *ops, void 
 	 * (doc/perf/scale).
 	 */
 	_Static_assert(_Alignof(max_align_t) >= 16, "malloc's blocks are 16-aligned");
-	uint8_t *block = malloc(sizeof(struct perch_conn) + CK_MD_CACHELINE - 16);
+	uint8_t *block = malloc(sizeof(struct perch_conn) + CK_MD_CACHELINE - 16 + extra);
 	if (!block)
 		return NULL;
 	size_t skip = (size_t)(-(uintptr_t)block & (CK_MD_CACHELINE - 1));
@@ -95,7 +96,24 @@ struct perch_conn *perch__conn_new(const struct perch__transport_ops *ops, void 
 	perch__fifo_init(c);
 	c->refs = 1;
 	c->ops = ops;
-	c->transport = transport;
+	return c;
+}
+
+struct perch_conn *perch__conn_new(const struct perch__transport_ops *ops, void *transport)
+{
+	struct perch_conn *c = conn_make(ops, 0);
+	if (c)
+		c->transport = transport;
+	return c;
+}
+
+struct perch_conn *perch__conn_new_with(const struct perch__transport_ops *ops, size_t transport_size)
+{
+	struct perch_conn *c = conn_make(ops, transport_size);
+	if (c) {
+		c->transport = c + 1;
+		memset(c->transport, 0, transport_size);
+	}
 	return c;
 }
 

@@ -229,6 +229,14 @@ struct perch__conn_tasks *perch__conn_tasks(struct perch_conn *c);
  */
 struct perch_conn *perch__conn_new(const struct perch__transport_ops *ops, void *transport);
 
+/*
+ * As perch__conn_new, with its transport's state (transport_size bytes,
+ * zeroed, aligned as malloc's) in the connection's own block: one malloc,
+ * and the transport's memory goes with the connection's (ops->destroy
+ * must not free it).
+ */
+struct perch_conn *perch__conn_new_with(const struct perch__transport_ops *ops, size_t transport_size);
+
 /* ---- completion entry points: one producer (the loop thread) at a time ---- */
 
 /*

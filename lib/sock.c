@@ -165,9 +165,12 @@ static uint32_t pool_max(size_t pause_bytes, uint32_t buf_size)
 struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd, sa_family_t family,
 					 const struct perch_conn_opts *opts)
 {
-	struct perch__sock *s = calloc(1, sizeof(*s) + loop->be->sock_size);
-	if (!s)
+	/* One block for the connection and its socket: the socket lives exactly as long. */
+	struct perch_conn *c = perch__conn_new_with(&loop_conn_ops, sizeof(struct perch__sock) + loop->be->sock_size);
+	if (!c)
 		return NULL;
+	struct perch__sock *s = c->transport;
+	s->conn = c;
 	s->loop = loop;
 	s->kind = PERCH__SOCK_CONN;
 	s->fd = fd;
@@ -179,11 +182,6 @@ struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd, sa_fam
 		.recv_mode = opts->recv_mode,
 		.nagle = opts->nagle,
 	};
-	s->conn = perch__conn_new(&loop_conn_ops, s);
-	if (!s->conn) {
-		free(s);
-		return NULL;
-	}
 	/* A waiting tail up to a quarter of a receive buffer gives its pool buffers back (conn_read.c). */
 	s->conn->compact_max = loop->opts.buf_size / 4;
 	s->pool_max = pool_max(opts->pause_bytes, loop->opts.buf_size);
@@ -351,8 +349,7 @@ static void op_abort(struct perch_conn *c)
 static void op_destroy(struct perch_conn *c)
 {
 	struct perch__sock *s = c->transport;
-	free(s->cx); /* a connect that failed, or never started */
-	free(s);
+	free(s->cx); /* a connect that failed, or never started; the socket goes with the conn's block */
 }
 
 /*
