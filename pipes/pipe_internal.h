@@ -14,18 +14,17 @@ struct perch__mem_pipe;
 /*
  * The reader parks on the connection through `listener`, whose on_parking
  * readies the one value task its caller awaits. A wake that brings nothing
- * new parks again from inside on_recv_ready through `repark`, whose
- * on_parking hands back the version the caller already holds.
+ * new parks again from inside on_recv_ready, and on_parking then hands
+ * back the version the caller already holds (told so by the delivering
+ * thread, reader.c).
  */
 struct perch_pipe_reader {
 	struct perch_recv_listener listener;
-	struct perch_recv_listener repark;
 	struct perch_conn *c;
 	struct perch__mem_pipe *mem;      /* the in-memory pipe this reads, or NULL */
 	struct perch_vtask vt;
 	uint32_t parked_token;            /* the version of the last read that parked (reading thread) */
 	uint32_t state;                   /* READER_COMPLETED | READER_FREEING */
-	uint32_t repark_cookie;           /* the version a re-park keeps (delivering thread) */
 };
 
 /*

@@ -10,17 +10,21 @@
 #define READER_OF(l, member) perch__container_of(l, struct perch_pipe_reader, member)
 
 /*
- * read_or_wait's continuation, handed to its own park's readying on this
- * thread: the park readies the task under the slot's claim, so a second
- * call the claim refuses never reaches it (and touches nothing). `token`
- * comes back set when the park registered the continuation itself. It
- * lives on the caller's stack; a park nested in another keeps its own.
+ * What a park on this thread hands its own readying (reader_parking),
+ * through a per-thread pointer to a struct on the parking call's stack; a
+ * park nested in another keeps its own. Either read_or_wait's
+ * continuation: the park readies the task under the slot's claim, so a
+ * second call the claim refuses never reaches it (and touches nothing);
+ * `token` comes back set when the park registered the continuation
+ * itself. Or the version a re-park from inside a delivery keeps (`kept`):
+ * the caller already waits on it.
  */
 struct handoff {
 	struct perch_pipe_reader *r;
 	perch_vtask_fn fn;
 	void *arg;
 	uint32_t token;
+	uint32_t kept;
 };
 
 static __thread struct handoff *handing;
@@ -38,6 +42,8 @@ static uint64_t reader_parking(struct perch_recv_listener *l, struct perch_conn 
 	struct handoff *h = handing;
 	if (!h || h->r != r)
 		return perch_vtask_ready(&r->vt);
+	if (h->kept)
+		return h->kept;
 	bool registered;
 	uint32_t token = perch__vtask_ready_registered(&r->vt, h->fn, h->arg, &registered);
 	if (registered) {
@@ -47,10 +53,14 @@ static uint64_t reader_parking(struct perch_recv_listener *l, struct perch_conn 
 	return token;
 }
 
-/* Parking again from inside a delivery: the caller already waits on this version. */
-static uint64_t reader_reparking(struct perch_recv_listener *l, struct perch_conn *c)
+/* Parks the read again from inside its delivery, on the version `cookie` the caller waits on. */
+static int repark(struct perch_pipe_reader *r, struct perch_conn *c, uint64_t cookie)
 {
-	return perch__load_u32(&READER_OF(l, repark)->repark_cookie);
+	struct handoff h = { .r = r, .kept = (uint32_t)cookie }, *outer = handing;
+	handing = &h;
+	int rc = perch__conn_park_read(c, &r->listener, NULL, &cookie);
+	handing = outer;
+	return rc;
 }
 
 static void discard_all(struct perch_pipe_reader *r)
@@ -83,9 +93,8 @@ static __attribute__((noinline)) void reader_ready_slow(struct perch_pipe_reader
 		perch_vtask_complete(&r->vt, (uint32_t)cookie, -ECANCELED);
 		return;
 	}
-	perch__store_u32(&r->repark_cookie, (uint32_t)cookie);
 	/* No result: if bytes came meanwhile, the caller's next read serves them. */
-	int rc = perch__conn_park_read(c, &r->repark, NULL, &cookie);
+	int rc = repark(r, c, cookie);
 	if (rc == PERCH_PENDING)
 		return;
 	if (rc != PERCH_PENDING && (perch__load_u32(&r->state) & READER_COMPLETED)) {
@@ -122,11 +131,6 @@ static void reader_ready(struct perch_recv_listener *l, struct perch_conn *c, ui
 	reader_ready_slow(r, c, cookie);
 }
 
-static void reader_reready(struct perch_recv_listener *l, struct perch_conn *c, uint64_t cookie)
-{
-	reader_ready(&READER_OF(l, repark)->listener, c, cookie);
-}
-
 int perch__pipe_reader_init(struct perch_pipe_reader **out, struct perch_conn *c,
 			    struct perch__mem_pipe *mem)
 {
@@ -135,8 +139,6 @@ int perch__pipe_reader_init(struct perch_pipe_reader **out, struct perch_conn *c
 		return -ENOMEM;
 	r->listener.on_parking = reader_parking;
 	r->listener.on_recv_ready = reader_ready;
-	r->repark.on_parking = reader_reparking;
-	r->repark.on_recv_ready = reader_reready;
 	r->c = c;
 	r->mem = mem;
 	perch_vtask_init(&r->vt);
@@ -182,7 +184,7 @@ int perch_pipe_read(struct perch_pipe_reader *r, struct perch_read_result *out,
 static int park_handing_over(struct perch_pipe_reader *r, struct perch_read_result *out,
 			     perch_vtask_fn on_ready, void *arg, uint64_t *token, uint32_t *registered)
 {
-	struct handoff h = { r, on_ready, arg, 0 }, *outer = handing;
+	struct handoff h = { .r = r, .fn = on_ready, .arg = arg }, *outer = handing;
 	handing = &h;
 	int rc = perch__conn_park_read(r->c, &r->listener, out, token);
 	handing = outer;

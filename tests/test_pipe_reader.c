@@ -73,7 +73,7 @@ static void wake_with_nothing_new_parks_the_read_again_without_losing_its_caller
 	perch__conn_wake_reader(c);
 	assert_int_equal(p.runs, 0);
 	assert_int_equal(perch_vtask_status(h), PERCH_PENDING);
-	assert_true(c->read_waiter == (uintptr_t)&r->repark);
+	assert_true(c->read_waiter == (uintptr_t)&r->listener);
 	fake_recv(c, "now");
 	assert_int_equal(p.runs, 1);
 	assert_int_equal(p.result, 0);
@@ -100,10 +100,10 @@ static void bytes_landing_during_the_repark_are_handed_to_the_caller(void **stat
 	struct cont_probe p = { 0, -1 };
 	assert_int_equal(perch_pipe_read(r, &res, &h), PERCH_PENDING);
 	assert_int_equal(perch_vtask_on_complete(h, cont_probe_fn, &p), PERCH_PENDING);
-	original_reparking = r->repark.on_parking;
-	r->repark.on_parking = reparking_as_bytes_land;
+	original_reparking = r->listener.on_parking;
+	r->listener.on_parking = reparking_as_bytes_land;
 	perch__conn_wake_reader(c);
-	r->repark.on_parking = original_reparking;
+	r->listener.on_parking = original_reparking;
 	/* Served by the re-park, not parked: the caller woke once, its result waiting. */
 	assert_int_equal(p.runs, 1);
 	assert_int_equal(p.result, 0);
