@@ -71,6 +71,11 @@ static const struct perch__transport_ops mem_ops = {
 	.consumed = mem_consumed,
 };
 
+struct perch__mem_pipe *perch__mem_pipe_of(struct perch_conn *c)
+{
+	return c->ops == &mem_ops ? c->transport : NULL;
+}
+
 static bool has_room(struct perch__mem_pipe *mp)
 {
 	return perch__load_u64(&mp->unread) <= mp->resume || perch__load_u32(&mp->reader_done);
@@ -254,7 +259,7 @@ int perch_pipe_new(const struct perch_pipe_opts *opts, struct perch_pipe_reader 
 	}
 	struct perch_pipe_reader *r = NULL;
 	struct perch_pipe_writer *w = NULL;
-	int rc = perch__pipe_reader_init(&r, c, mp);
+	int rc = perch__pipe_reader_init(&r, c);
 	if (rc == 0 && (rc = perch__pipe_writer_init(&w, c, mp)) != 0)
 		perch_pipe_reader_free(r);
 	if (rc == 0) {

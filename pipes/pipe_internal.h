@@ -20,8 +20,7 @@ struct perch__mem_pipe;
  */
 struct perch_pipe_reader {
 	struct perch_recv_listener listener;
-	struct perch_conn *c;
-	struct perch__mem_pipe *mem;      /* the in-memory pipe this reads, or NULL */
+	struct perch_conn *c;             /* a socket's, a TLS session's, or an in-memory pipe's */
 	struct perch_vtask vt;
 	uint32_t parked_token;            /* the version of the last read that parked (reading thread) */
 	uint32_t state;                   /* READER_COMPLETED | READER_FREEING */
@@ -70,10 +69,11 @@ void perch__mem_cancel_flush(struct perch_pipe_writer *w);
 void perch__mem_writer_completed(struct perch_pipe_writer *w);
 /* The reader completed: a waiting flush and every later one fail with -EPIPE. */
 void perch__mem_reader_completed(struct perch__mem_pipe *mp);
+/* The in-memory pipe `c` carries, or NULL when c is another transport's. */
+struct perch__mem_pipe *perch__mem_pipe_of(struct perch_conn *c);
 
 /* Readers and writers made over `c` (the in-memory pipe makes its own conn). */
-int perch__pipe_reader_init(struct perch_pipe_reader **out, struct perch_conn *c,
-			    struct perch__mem_pipe *mem);
+int perch__pipe_reader_init(struct perch_pipe_reader **out, struct perch_conn *c);
 int perch__pipe_writer_init(struct perch_pipe_writer **out, struct perch_conn *c,
 			    struct perch__mem_pipe *mem);
 

@@ -131,8 +131,7 @@ static void reader_ready(struct perch_recv_listener *l, struct perch_conn *c, ui
 	reader_ready_slow(r, c, cookie);
 }
 
-int perch__pipe_reader_init(struct perch_pipe_reader **out, struct perch_conn *c,
-			    struct perch__mem_pipe *mem)
+int perch__pipe_reader_init(struct perch_pipe_reader **out, struct perch_conn *c)
 {
 	struct perch_pipe_reader *r = calloc(1, sizeof(*r));
 	if (!r)
@@ -140,7 +139,6 @@ int perch__pipe_reader_init(struct perch_pipe_reader **out, struct perch_conn *c
 	r->listener.on_parking = reader_parking;
 	r->listener.on_recv_ready = reader_ready;
 	r->c = c;
-	r->mem = mem;
 	perch_vtask_init(&r->vt);
 	perch__conn_ref(c);
 	*out = r;
@@ -151,7 +149,7 @@ int perch_pipe_reader_new(struct perch_conn *c, struct perch_pipe_reader **out)
 {
 	if (!c || !out)
 		return -EINVAL;
-	return perch__pipe_reader_init(out, c, NULL);
+	return perch__pipe_reader_init(out, c);
 }
 
 /* The hot path's one look at the reader: completed, or not. */
@@ -245,8 +243,9 @@ int perch_pipe_reader_complete(struct perch_pipe_reader *r)
 	 * must fail a flush (waiting, or looking), not pass for a consume.
 	 * Marking the end again is harmless.
 	 */
-	if (r->mem)
-		perch__mem_reader_completed(r->mem);
+	struct perch__mem_pipe *mem = perch__mem_pipe_of(r->c);
+	if (mem)
+		perch__mem_reader_completed(mem);
 	if (perch__for_u32(&r->state, READER_COMPLETED) & READER_COMPLETED)
 		return 0;
 	/* A parked read is delivered (canceled) by this cancel, on this thread. */

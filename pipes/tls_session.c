@@ -214,7 +214,7 @@ static int make_plain(struct perch_tls *s)
 	s->plain = perch__conn_new(&tls_ops, s);
 	if (!s->plain)
 		return -ENOMEM;
-	int rc = perch__pipe_reader_init(&s->pr, s->plain, NULL);
+	int rc = perch__pipe_reader_init(&s->pr, s->plain);
 	if (rc == 0)
 		rc = perch__pipe_writer_init(&s->pw, s->plain, NULL);
 	return rc;
