@@ -76,6 +76,13 @@ struct perch__mem_pipe *perch__mem_pipe_of(struct perch_conn *c)
 	return c->ops == &mem_ops ? c->transport : NULL;
 }
 
+/* The pipe of a writer these functions are called for: an in-memory pipe's. */
+static struct perch__mem_pipe *writer_pipe(struct perch_pipe_writer *w)
+{
+	PERCH_ASSERT(w->c->ops == &mem_ops);
+	return w->c->transport;
+}
+
 static bool has_room(struct perch__mem_pipe *mp)
 {
 	return perch__load_u64(&mp->unread) <= mp->resume || perch__load_u32(&mp->reader_done);
@@ -93,10 +100,11 @@ bool perch__mem_wake_flush(struct perch__mem_pipe *mp, int result)
 void perch__mem_cancel_flush(struct perch_pipe_writer *w)
 {
 	/* Marked first, so a flush about to publish sees it after it does (wait_for_room). */
-	perch__xchg_u32(&w->mem->cancel, 1);
+	struct perch__mem_pipe *mp = writer_pipe(w);
+	perch__xchg_u32(&mp->cancel, 1);
 	perch__fence_rmw_then_load();
-	if (perch__mem_wake_flush(w->mem, -ECANCELED))
-		perch__xchg_u32(&w->mem->cancel, 0);
+	if (perch__mem_wake_flush(mp, -ECANCELED))
+		perch__xchg_u32(&mp->cancel, 0);
 }
 
 /* The reader consumed `n` bytes (its thread, inside advance). */
@@ -132,6 +140,7 @@ static void free_spares(struct mem_seg *spares)
  */
 static int publish(struct perch_pipe_writer *w, struct perch__txbuf *chain)
 {
+	struct perch__mem_pipe *mp = writer_pipe(w);
 	struct mem_seg *spares = NULL;
 	for (struct perch__txbuf *b = chain; b; b = b->next) {
 		struct mem_seg *ms = calloc(1, sizeof(*ms));
@@ -152,9 +161,9 @@ static int publish(struct perch_pipe_writer *w, struct perch__txbuf *chain)
 		ms->seg.next = NULL;
 		ms->seg.data = b->bytes;
 		ms->seg.len = b->len;
-		perch__faa_u64(&w->mem->unread, b->len);
+		perch__faa_u64(&mp->unread, b->len);
 		if (perch__conn_recv_arrived(w->c, &ms->seg) != 0) {
-			perch__faa_u64(&w->mem->unread, (uint64_t)0 - b->len);
+			perch__faa_u64(&mp->unread, (uint64_t)0 - b->len);
 			free(ms);
 			b->next = next;
 			perch__conn_free_chain(b);
@@ -189,7 +198,7 @@ static int wait_for_room(struct perch__mem_pipe *mp, struct perch_vtask_handle *
 
 int perch__mem_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *task)
 {
-	struct perch__mem_pipe *mp = w->mem;
+	struct perch__mem_pipe *mp = writer_pipe(w);
 	int refused = perch__mem_write_refusal(mp);
 	if (refused == -EPIPE) {
 		size_t len;
@@ -220,11 +229,12 @@ void perch__mem_writer_completed(struct perch_pipe_writer *w)
 {
 	size_t len;
 	struct perch__txbuf *chain = perch__conn_take_staged(w->c, &len);
-	if (chain && perch__load_u32(&w->mem->reader_done))
+	struct perch__mem_pipe *mp = writer_pipe(w);
+	if (chain && perch__load_u32(&mp->reader_done))
 		perch__conn_free_chain(chain);
 	else if (chain)
 		publish(w, chain);
-	perch__mem_wake_flush(w->mem, -EPIPE);
+	perch__mem_wake_flush(mp, -EPIPE);
 	perch__conn_peer_closed(w->c);
 }
 
@@ -260,7 +270,7 @@ int perch_pipe_new(const struct perch_pipe_opts *opts, struct perch_pipe_reader 
 	struct perch_pipe_reader *r = NULL;
 	struct perch_pipe_writer *w = NULL;
 	int rc = perch__pipe_reader_init(&r, c);
-	if (rc == 0 && (rc = perch__pipe_writer_init(&w, c, mp)) != 0)
+	if (rc == 0 && (rc = perch__pipe_writer_init(&w, c, true)) != 0)
 		perch_pipe_reader_free(r);
 	if (rc == 0) {
 		*reader = r;

@@ -45,15 +45,21 @@ struct perch_pipe_reader {
 
 struct perch_pipe_writer {
 	struct perch_flush_listener listener;
-	struct perch_conn *c;
-	struct perch__mem_pipe *mem;      /* the in-memory pipe this writes, or NULL */
+	struct perch_conn *c;             /* a socket's, a TLS session's, or an in-memory pipe's */
 	struct perch_vtask vt;            /* over a connection; the in-memory pipe has its own */
 	uint32_t cancel;                  /* a cancel for the next flush */
 	uint32_t gate;                    /* WRITER_GATE_*: 0 lets a call take the connection's fast path */
 	uint32_t life;
-	size_t room;                      /* what the last get_buffer lent and advance has not committed */
+	uint32_t room;                    /* what the last get_buffer lent (a buffer's, < 4 GiB) and
+					   * advance has not committed */
 	size_t high_water;                /* perch_pipe_writer_above_high_water's mark */
 };
+
+/* The in-memory pipe a writer writes (its connection's transport), or NULL. */
+static inline struct perch__mem_pipe *perch__writer_mem(struct perch_pipe_writer *w)
+{
+	return (perch__load_u32(&w->gate) & WRITER_GATE_MEM) ? w->c->transport : NULL;
+}
 
 /* ---- the in-memory pipe, for the reader and writer (pipes/mem_pipe.c) ---- */
 
@@ -74,7 +80,6 @@ struct perch__mem_pipe *perch__mem_pipe_of(struct perch_conn *c);
 
 /* Readers and writers made over `c` (the in-memory pipe makes its own conn). */
 int perch__pipe_reader_init(struct perch_pipe_reader **out, struct perch_conn *c);
-int perch__pipe_writer_init(struct perch_pipe_writer **out, struct perch_conn *c,
-			    struct perch__mem_pipe *mem);
+int perch__pipe_writer_init(struct perch_pipe_writer **out, struct perch_conn *c, bool mem);
 
 #endif /* PERCH_PIPES_PIPE_INTERNAL_H */

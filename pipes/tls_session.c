@@ -216,7 +216,7 @@ static int make_plain(struct perch_tls *s)
 		return -ENOMEM;
 	int rc = perch__pipe_reader_init(&s->pr, s->plain);
 	if (rc == 0)
-		rc = perch__pipe_writer_init(&s->pw, s->plain, NULL);
+		rc = perch__pipe_writer_init(&s->pw, s->plain, false);
 	return rc;
 }
 

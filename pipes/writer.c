@@ -43,8 +43,7 @@ static void writer_done(struct perch_flush_listener *l, struct perch_conn *c, ui
 	writer_disarmed(w);
 }
 
-int perch__pipe_writer_init(struct perch_pipe_writer **out, struct perch_conn *c,
-			    struct perch__mem_pipe *mem)
+int perch__pipe_writer_init(struct perch_pipe_writer **out, struct perch_conn *c, bool mem)
 {
 	struct perch_pipe_writer *w = calloc(1, sizeof(*w));
 	if (!w)
@@ -52,7 +51,6 @@ int perch__pipe_writer_init(struct perch_pipe_writer **out, struct perch_conn *c
 	w->listener.on_parking = writer_parking;
 	w->listener.on_flush_done = writer_done;
 	w->c = c;
-	w->mem = mem;
 	w->gate = mem ? WRITER_GATE_MEM : 0;
 	w->high_water = PERCH_PIPE_HIGH_WATER_DEFAULT;
 	perch_vtask_init(&w->vt);
@@ -65,7 +63,7 @@ int perch_pipe_writer_new(struct perch_conn *c, struct perch_pipe_writer **out)
 {
 	if (!c || !out)
 		return -EINVAL;
-	return perch__pipe_writer_init(out, c, NULL);
+	return perch__pipe_writer_init(out, c, false);
 }
 
 static bool writer_usable(struct perch_pipe_writer *w)
@@ -73,16 +71,23 @@ static bool writer_usable(struct perch_pipe_writer *w)
 	return w && !(perch__load_u32(&w->gate) & WRITER_GATE_COMPLETED);
 }
 
+/* Why an in-memory pipe refuses a write now (perch__mem_write_refusal); 0 over another transport. */
+static int mem_refusal(struct perch_pipe_writer *w)
+{
+	struct perch__mem_pipe *mem = perch__writer_mem(w);
+	return mem ? perch__mem_write_refusal(mem) : 0;
+}
+
 int perch_pipe_get_buffer(struct perch_pipe_writer *w, size_t size_hint, uint8_t **buf,
 			  size_t *len)
 {
 	if (!writer_usable(w) || !buf || !len)
 		return -EINVAL;
-	int refused = w->mem ? perch__mem_write_refusal(w->mem) : 0;
+	int refused = mem_refusal(w);
 	if (refused)
 		return refused;
 	int rc = perch__conn_stage_buffer(w->c, size_hint, buf, len);
-	w->room = rc == 0 ? *len : 0;
+	w->room = rc == 0 ? (uint32_t)*len : 0;
 	return rc;
 }
 
@@ -90,7 +95,7 @@ int perch_pipe_advance(struct perch_pipe_writer *w, size_t n)
 {
 	if (!writer_usable(w))
 		return -EINVAL;
-	int refused = w->mem ? perch__mem_write_refusal(w->mem) : 0;
+	int refused = mem_refusal(w);
 	if (refused)
 		return refused;
 	if (perch__load_u32(&w->c->flush_busy))
@@ -134,7 +139,7 @@ static __attribute__((noinline)) int write_gated(struct perch_pipe_writer *w, co
 	if (!writer_usable(w))
 		return -EINVAL;
 	w->room = 0;
-	int refused = perch__mem_write_refusal(w->mem);
+	int refused = perch__mem_write_refusal(perch__writer_mem(w));
 	return refused ? refused : perch_conn_write(w->c, data, len);
 }
 
@@ -153,7 +158,7 @@ int perch_pipe_write_ref(struct perch_pipe_writer *w, const void *data, size_t l
 	if (!writer_usable(w))
 		return -EINVAL;
 	w->room = 0; /* as a write: it ends get_buffer's loan */
-	int refused = w->mem ? perch__mem_write_refusal(w->mem) : 0;
+	int refused = mem_refusal(w);
 	return refused ? refused : perch_conn_write_ref(w->c, data, len, release, arg);
 }
 
@@ -162,7 +167,7 @@ int perch_pipe_forward(struct perch_pipe_reader *r, size_t consumed, size_t exam
 {
 	if (!r || !writer_usable(w))
 		return -EINVAL;
-	int refused = w->mem ? perch__mem_write_refusal(w->mem) : 0;
+	int refused = mem_refusal(w);
 	if (refused)
 		return refused;
 	int rc = perch_conn_forward(r->c, consumed, examined, w->c);
@@ -307,7 +312,7 @@ int perch_pipe_cancel_pending_flush(struct perch_pipe_writer *w)
 {
 	if (!w)
 		return -EINVAL;
-	if (w->mem) {
+	if (perch__writer_mem(w)) {
 		perch__mem_cancel_flush(w);
 		return 0;
 	}
@@ -324,7 +329,7 @@ int perch_pipe_writer_complete(struct perch_pipe_writer *w)
 		return -EINVAL;
 	if (perch__for_u32(&w->gate, WRITER_GATE_COMPLETED) & WRITER_GATE_COMPLETED)
 		return 0;
-	if (w->mem) {
+	if (perch__writer_mem(w)) {
 		perch__mem_writer_completed(w);
 	} else {
 		/* Staged bytes are the writer's alone (a flush in progress took its own). */
