@@ -303,8 +303,7 @@ static void dispatch(struct perch_loop *loop, uint64_t ud, int res, uint32_t fla
 		if (s->tx_chain)
 			perch__loop_sent(s, -ECANCELED); /* its send never went: the ring broke before it */
 		perch__uring_zc_close_fd(s);
-		free(us->gather);
-		us->gather = NULL;
+		perch__uring_rare_free(us);
 		perch__loop_sock_closed(s);
 	}
 }

@@ -90,13 +90,22 @@ struct usend_gather {
 	struct iovec iov[PERCH__TX_IOV];
 };
 
+/*
+ * What only some sockets' sends need, in a block made at the first of
+ * them (an idle connection, or one whose answers each fit one buffer and
+ * go plain, has none) and freed with the socket.
+ */
+struct usock_rare {
+	struct usend_gather *gather; /* NULL until a send gathered several buffers */
+	struct zc_hold *zc;          /* the chain being sent, once a send of it went zero-copy */
+	struct zc_fd *zcfd;          /* set at the first zero-copy send */
+};
+
 /* This backend's state for one socket, kept after the loop's (perch__sock_be). */
 struct usock {
 	uint32_t inflight;           /* operations whose last completion has not come */
 	uint32_t flags;              /* F_* */
-	struct usend_gather *gather; /* NULL until a send gathered several buffers */
-	struct zc_hold *zc;          /* the chain being sent, once a send of it went zero-copy */
-	struct zc_fd *zcfd;          /* set at the first zero-copy send */
+	struct usock_rare *rare;     /* NULL until a send gathered or went zero-copy */
 };
 
 static inline struct usock *us_of(struct perch__sock *s)
@@ -104,14 +113,20 @@ static inline struct usock *us_of(struct perch__sock *s)
 	return perch__sock_be(s);
 }
 
-/* The msghdr of a send of us->gather->iov[0..n). */
+/* The socket's rare block, made now if it has none; NULL out of memory. */
+struct usock_rare *perch__uring_rare(struct usock *us);
+/* The socket is finalized: its gather block and rare block go (its zero-copy records are settled first). */
+void perch__uring_rare_free(struct usock *us);
+
+/* The msghdr of a send of the gather block's iov[0..n). */
 static inline struct msghdr *perch__uring_send_msg(struct usock *us, int n)
 {
-	PERCH_ASSERT(us->gather && n > 1);
-	memset(&us->gather->msg, 0, sizeof(us->gather->msg));
-	us->gather->msg.msg_iov = us->gather->iov;
-	us->gather->msg.msg_iovlen = (size_t)n;
-	return &us->gather->msg;
+	PERCH_ASSERT(us->rare && us->rare->gather && n > 1);
+	struct usend_gather *g = us->rare->gather;
+	memset(&g->msg, 0, sizeof(g->msg));
+	g->msg.msg_iov = g->iov;
+	g->msg.msg_iovlen = (size_t)n;
+	return &g->msg;
 }
 
 struct uring {
@@ -284,7 +299,7 @@ static inline void perch__uring_sqe_fixed(struct perch__sock *s, struct io_uring
 /* Whether the kernel has zero-copy sends; sets u->zerocopy (init, before the ring is enabled). */
 void perch__uring_zc_probe(struct uring *u);
 /*
- * Preps `sqe` as a zero-copy send of iov[0..n) (n > 1: us->gather's) when
+ * Preps `sqe` as a zero-copy send of iov[0..n) (n > 1: the gather block's) when
  * s's bytes want one; false: prep a plain one.
  */
 bool perch__uring_zc_prep(struct uring *u, struct perch__sock *s, struct io_uring_sqe *sqe,

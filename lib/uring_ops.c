@@ -118,11 +118,27 @@ void perch__uring_recv_pause(struct perch__sock *s)
  */
 static int gather_first(struct perch__sock *s, struct usock *us, struct iovec **iov)
 {
-	us->gather = malloc(sizeof(*us->gather));
-	if (!us->gather)
+	struct usock_rare *rare = perch__uring_rare(us);
+	if (!rare || !(rare->gather = malloc(sizeof(*rare->gather))))
 		return 1;
-	*iov = us->gather->iov;
-	return perch__loop_tx_iov(s, us->gather->iov, PERCH__TX_IOV);
+	*iov = rare->gather->iov;
+	return perch__loop_tx_iov(s, rare->gather->iov, PERCH__TX_IOV);
+}
+
+struct usock_rare *perch__uring_rare(struct usock *us)
+{
+	if (!us->rare && (us->rare = malloc(sizeof(*us->rare))))
+		*us->rare = (struct usock_rare){ NULL, NULL, NULL };
+	return us->rare;
+}
+
+void perch__uring_rare_free(struct usock *us)
+{
+	if (!us->rare)
+		return;
+	free(us->rare->gather);
+	free(us->rare);
+	us->rare = NULL;
 }
 
 void perch__uring_send(struct perch__sock *s)
@@ -134,8 +150,9 @@ void perch__uring_send(struct perch__sock *s)
 	if (!sqe)
 		return; /* the ring is broken: the loop's free settles the send (perch__loop_abandon_all) */
 	struct iovec first[2];
-	struct iovec *iov = us->gather ? us->gather->iov : first;
-	int n = perch__loop_tx_iov(s, iov, us->gather ? PERCH__TX_IOV : 2);
+	struct usend_gather *g = us->rare ? us->rare->gather : NULL;
+	struct iovec *iov = g ? g->iov : first;
+	int n = perch__loop_tx_iov(s, iov, g ? PERCH__TX_IOV : 2);
 	if (n > 1 && iov == first)
 		n = gather_first(s, us, &iov);
 	if (perch__uring_zc_prep(u, s, sqe, iov, n)) {
@@ -219,7 +236,7 @@ void perch__uring_close(struct perch__sock *s)
 		if (!(flags & in_flight[i].flag))
 			continue;
 		bool zc = in_flight[i].op == OP_SEND && (flags & F_SEND_ZC);
-		if (!close_cancel(u, s, zc ? UD_ZC(us_of(s)->zc) : UD(in_flight[i].op, s)))
+		if (!close_cancel(u, s, zc ? UD_ZC(us_of(s)->rare->zc) : UD(in_flight[i].op, s)))
 			return;
 		any = true;
 	}

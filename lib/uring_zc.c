@@ -24,10 +24,12 @@ void perch__uring_zc_probe(struct uring *u)
 
 static struct zc_hold *hold_new(struct uring *u, struct perch__sock *s)
 {
-	struct usock *us = us_of(s);
-	if (!us->zcfd && (us->zcfd = calloc(1, sizeof(*us->zcfd))))
-		us->zcfd->fd = s->fd;
-	struct zc_hold *h = us->zcfd ? calloc(1, sizeof(*h)) : NULL;
+	struct usock_rare *rare = perch__uring_rare(us_of(s));
+	if (!rare)
+		return NULL;
+	if (!rare->zcfd && (rare->zcfd = calloc(1, sizeof(*rare->zcfd))))
+		rare->zcfd->fd = s->fd;
+	struct zc_hold *h = rare->zcfd ? calloc(1, sizeof(*h)) : NULL;
 	if (!h)
 		return NULL;
 	if ((uintptr_t)h >> 56) {
@@ -35,7 +37,7 @@ static struct zc_hold *hold_new(struct uring *u, struct perch__sock *s)
 		return NULL;
 	}
 	h->s = s;
-	h->zfd = us->zcfd;
+	h->zfd = rare->zcfd;
 	h->zfd->holds++;
 	h->next = u->zc_holds;
 	if (h->next)
@@ -92,10 +94,19 @@ static void forget_fd(struct zc_fd *zfd)
 	zfd->orphaned = true;
 }
 
+/* The socket's fd record, taken from it (NULL: it never sent zero-copy). */
+static struct zc_fd *take_zcfd(struct perch__sock *s)
+{
+	struct usock_rare *rare = us_of(s)->rare;
+	struct zc_fd *zfd = rare ? rare->zcfd : NULL;
+	if (rare)
+		rare->zcfd = NULL;
+	return zfd;
+}
+
 void perch__uring_zc_close_fd(struct perch__sock *s)
 {
-	struct zc_fd *zfd = us_of(s)->zcfd;
-	us_of(s)->zcfd = NULL;
+	struct zc_fd *zfd = take_zcfd(s);
 	if (zfd && zfd->holds > 0 && !closes_with_reset(s->fd)) {
 		/* The end follows the bytes, and the peer's later bytes get a reset, as after a close. */
 		shutdown(s->fd, SHUT_RDWR);
@@ -108,10 +119,8 @@ void perch__uring_zc_close_fd(struct perch__sock *s)
 
 void perch__uring_zc_settle(struct perch__sock *s)
 {
-	forget_fd(us_of(s)->zcfd); /* abandon_all closes the fd: reset already when a hold needed it */
-	us_of(s)->zcfd = NULL;
-	free(us_of(s)->gather);    /* the kernel copied it when it took the send's SQE */
-	us_of(s)->gather = NULL;
+	forget_fd(take_zcfd(s)); /* abandon_all closes the fd: reset already when a hold needed it */
+	perch__uring_rare_free(us_of(s)); /* the kernel copied the gather block when it took the send's SQE */
 }
 
 /* ================= sends ================= */
@@ -124,15 +133,17 @@ bool perch__uring_zc_prep(struct uring *u, struct perch__sock *s, struct io_urin
 	if (!u->zerocopy || s->opts.zerocopy_min == PERCH_ZEROCOPY_OFF || (us->flags & F_NO_ZC) ||
 	    !perch__loop_tx_wants_zerocopy(s, n))
 		return false;
-	if (!us->zc && !(us->zc = hold_new(u, s)))
+	struct zc_hold *h = us->rare ? us->rare->zc : NULL;
+	if (!h && !(h = hold_new(u, s)))
 		return false; /* out of memory: a plain send, which needs nothing */
+	us->rare->zc = h;
 	if (n == 1) {
 		io_uring_prep_send_zc(sqe, s->fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL, 0);
 	} else {
 		io_uring_prep_sendmsg_zc(sqe, s->fd, perch__uring_send_msg(us, n), MSG_NOSIGNAL);
 	}
 	perch__uring_sqe_fixed(s, sqe);
-	io_uring_sqe_set_data64(sqe, UD_ZC(us->zc));
+	io_uring_sqe_set_data64(sqe, UD_ZC(h));
 	us->flags |= F_SEND_ZC;
 	s->loop->stats.zerocopy_sends++;
 	return true;
@@ -149,7 +160,7 @@ void perch__uring_on_send_zc(struct zc_hold *h, int res, uint32_t flags)
 {
 	struct perch__sock *s = h->s;
 	struct usock *us = us_of(s);
-	PERCH_ASSERT(s != NULL && us->zc == h); /* a result comes while its send is the socket's */
+	PERCH_ASSERT(s != NULL && us->rare && us->rare->zc == h); /* a result comes while its send is the socket's */
 	if (flags & IORING_CQE_F_MORE)
 		h->owed++;
 	us->flags &= ~(F_SEND | F_SEND_ZC);
@@ -178,11 +189,11 @@ void perch__uring_zc_notified(struct uring *u, struct zc_hold *h)
 
 bool perch__uring_zc_keep(struct perch__sock *s, struct perch__txbuf *chain)
 {
-	struct usock *us = us_of(s);
-	struct zc_hold *h = us->zc;
+	struct usock_rare *rare = us_of(s)->rare;
+	struct zc_hold *h = rare ? rare->zc : NULL;
 	if (!h)
 		return false;
-	us->zc = NULL;
+	rare->zc = NULL;
 	if (h->owed == 0) {
 		hold_free(st_of(s->loop), h); /* every notification came (or none was announced) */
 		return false;

@@ -1,4 +1,4 @@
-/* tests/test_uring_gather.c: io_uring sends of several staged buffers: gathered in one sendmsg, and, out of memory for the socket's gather block, sent a buffer at a time, every byte in order. */
+/* tests/test_uring_gather.c: io_uring sends of several staged buffers: gathered in one sendmsg, and, out of memory for the socket's gather or rare block, sent a buffer at a time, every byte in order. */
 #include "config.h"
 
 #include "cmocka_prelude.h"
@@ -7,18 +7,19 @@
 #include "uring_internal.h"
 
 /*
- * Fault injection: the program links with -Wl,--wrap=malloc. While armed,
- * every malloc of a gather block's size fails (nothing else of the test's
- * path asks for that size).
+ * Fault injection: the program links with -Wl,--wrap=malloc. While armed
+ * with a size (a gather block's, or the socket's rare block's), every
+ * malloc of that size fails (nothing else of the test's path asks for
+ * either size).
  */
 void *__real_malloc(size_t size);
-static uint32_t fail_gather;   /* atomic: armed */
-static uint32_t gather_refused; /* atomic: mallocs refused */
+static size_t fail_size;        /* atomic: armed with this size, or 0 */
+static uint32_t refused;        /* atomic: mallocs refused */
 
 void *__wrap_malloc(size_t size)
 {
-	if (size == sizeof(struct usend_gather) && __atomic_load_n(&fail_gather, __ATOMIC_ACQUIRE)) {
-		__atomic_add_fetch(&gather_refused, 1, __ATOMIC_RELAXED);
+	if (size == __atomic_load_n(&fail_size, __ATOMIC_ACQUIRE)) {
+		__atomic_add_fetch(&refused, 1, __ATOMIC_RELAXED);
 		return NULL;
 	}
 	return __real_malloc(size);
@@ -54,7 +55,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	struct fx *f = *state;
-	__atomic_store_n(&fail_gather, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&fail_size, 0, __ATOMIC_RELEASE);
 	perch_conn_release(f->c);
 	close(f->peer);
 	int rc = lu_stop(&f->l);
@@ -84,14 +85,25 @@ static void several_buffers_leave_in_order_gathered(void **state)
 	send_staged_buffers(*state); /* the second send reuses the socket's gather block */
 }
 
+/* Out of memory for `size` at every try: the staged buffers leave one at a time, then gathered again. */
+static void sends_a_buffer_at_a_time_without(struct fx *f, size_t size)
+{
+	__atomic_store_n(&refused, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&fail_size, size, __ATOMIC_RELEASE);
+	send_staged_buffers(f);
+	assert_true(__atomic_load_n(&refused, __ATOMIC_RELAXED) >= 2); /* a try per buffer sent */
+	__atomic_store_n(&fail_size, 0, __ATOMIC_RELEASE);
+	send_staged_buffers(f); /* memory again: gathered */
+}
+
 static void out_of_memory_for_the_gather_block_sends_a_buffer_at_a_time(void **state)
 {
-	__atomic_store_n(&gather_refused, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&fail_gather, 1, __ATOMIC_RELEASE);
-	send_staged_buffers(*state);
-	assert_true(__atomic_load_n(&gather_refused, __ATOMIC_RELAXED) >= 2); /* a try per buffer sent */
-	__atomic_store_n(&fail_gather, 0, __ATOMIC_RELEASE);
-	send_staged_buffers(*state); /* memory again: gathered */
+	sends_a_buffer_at_a_time_without(*state, sizeof(struct usend_gather));
+}
+
+static void out_of_memory_for_the_rare_block_sends_a_buffer_at_a_time(void **state)
+{
+	sends_a_buffer_at_a_time_without(*state, sizeof(struct usock_rare));
 }
 
 int main(void)
@@ -103,6 +115,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(several_buffers_leave_in_order_gathered, setup, teardown),
 		cmocka_unit_test_setup_teardown(out_of_memory_for_the_gather_block_sends_a_buffer_at_a_time, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(out_of_memory_for_the_rare_block_sends_a_buffer_at_a_time, setup,
 						teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
