@@ -85,8 +85,6 @@ struct perch__sock_opts {
 	size_t pause_bytes;
 	size_t resume_bytes;
 	size_t zerocopy_min;
-	enum perch_recv_mode recv_mode;
-	bool nagle;
 };
 
 /*
@@ -103,6 +101,8 @@ struct perch__sock {
 	bool in_table;
 	bool closing;                /* close started: no new work is submitted */
 	bool tx_lends;               /* tx_chain holds a received segment a forward lent: never zero-copy */
+	uint8_t recv_mode;           /* a connection's perch_conn_opts.recv_mode (enum perch_recv_mode) */
+	bool nagle;                  /* a connection's perch_conn_opts.nagle */
 	uint32_t tx_off;             /* bytes of tx_cur already sent */
 
 	/* ---- connections ---- */

@@ -179,9 +179,9 @@ struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd, sa_fam
 		.pause_bytes = opts->pause_bytes,
 		.resume_bytes = opts->resume_bytes,
 		.zerocopy_min = opts->zerocopy_min,
-		.recv_mode = opts->recv_mode,
-		.nagle = opts->nagle,
 	};
+	s->recv_mode = (uint8_t)opts->recv_mode;
+	s->nagle = opts->nagle;
 	/* A waiting tail up to a quarter of a receive buffer gives its pool buffers back (conn_read.c). */
 	s->conn->compact_max = loop->opts.buf_size / 4;
 	s->pool_max = pool_max(opts->pause_bytes, loop->opts.buf_size);
@@ -201,7 +201,7 @@ struct perch__sock *perch__conn_sock(const struct perch_conn *c)
 void perch__sock_set_nodelay(const struct perch__sock *s)
 {
 	int one = 1;
-	if (!s->opts.nagle)
+	if (!s->nagle)
 		setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 

@@ -21,7 +21,7 @@
 static bool bytes_waiting_for_multishot(const struct perch__sock *s)
 {
 	int queued = 0;
-	return s->opts.recv_mode != PERCH_RECV_SINGLESHOT && s->family != AF_UNIX &&
+	return s->recv_mode != PERCH_RECV_SINGLESHOT && s->family != AF_UNIX &&
 	       ioctl(s->fd, FIONREAD, &queued) == 0 &&
 	       queued > 0;
 }
@@ -75,7 +75,7 @@ void perch__uring_recv_arm(struct perch__sock *s)
 	if (!sqe)
 		return; /* the ring is broken: the poll reports it */
 	perch__unpark(&u->parked, s);
-	if (s->opts.recv_mode == PERCH_RECV_SINGLESHOT || s->family == AF_UNIX) {
+	if (s->recv_mode == PERCH_RECV_SINGLESHOT || s->family == AF_UNIX) {
 		io_uring_prep_recv(sqe, s->fd, NULL, 0, 0);
 		us->flags |= F_RECV;
 	} else {
