@@ -135,10 +135,13 @@ struct perch__rx_entry {
  * two threads do not share one: what completions publish (and the slot
  * every side claims), the reader's own state and the fifo's entries of
  * the connection's own, the flush side's. What is written once at
- * creation, and the connection's own value tasks (perch_conn_read and
- * perch_conn_flush: the pipes do not use them), fill the flush side's
- * room. The fifo is ck_fifo_spsc's algorithm rather than ck's struct,
- * whose padding would add a line (doc/perf/scale).
+ * creation (ops, transport) fills the reader's second line beside the
+ * fifo's entries, which the loop thread writes: a flusher on another
+ * thread reads ops from there, a matter of speed only. The connection's
+ * own value tasks (perch_conn_read and perch_conn_flush: the pipes do not
+ * use them) are a block of their own, reached from the flush side's line.
+ * The fifo is ck_fifo_spsc's algorithm rather than ck's struct, whose
+ * padding would add a line (doc/perf/scale).
  */
 struct perch_conn {
 	/* ---- read slot, what completions publish, the fifo's producer end (any thread) ---- */

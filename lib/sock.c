@@ -282,7 +282,7 @@ void perch__loop_sock_closed(struct perch__sock *s)
 		free(s);
 		return;
 	}
-	/* The loop's reference: the last one frees the socket (op_destroy). */
+	/* The loop's reference: the last one frees the socket, with its conn's block. */
 	perch__conn_unref(s->conn);
 }
 
