@@ -106,7 +106,6 @@ struct perch__sock {
 	uint32_t tx_off;             /* bytes of tx_cur already sent */
 
 	/* ---- connections ---- */
-	struct perch_conn *conn;     /* the loop holds one reference until the socket is finalized */
 	struct perch__sock_opts opts;
 	uint64_t unconsumed;         /* bytes delivered and not yet released */
 	uint32_t pool_held;          /* pool buffers among them (not the loop's own memory) */
@@ -153,6 +152,17 @@ static inline bool perch__sock_connecting(const struct perch__sock *s)
 static inline void *perch__sock_be(struct perch__sock *s)
 {
 	return s + 1;
+}
+
+/*
+ * A connection socket's connection: the socket lives in its block, right
+ * after it (perch__conn_new_with). The loop holds one reference on it until
+ * the socket is finalized.
+ */
+static inline struct perch_conn *perch__sock_conn(const struct perch__sock *s)
+{
+	PERCH_ASSERT(s->kind == PERCH__SOCK_CONN);
+	return (struct perch_conn *)(void *)s - 1;
 }
 
 /*

@@ -29,8 +29,8 @@ void perch__loop_connected(struct perch__sock *s, int res)
 	perch__sock_set_nodelay(s);
 	if (perch__loop_recv_wanted(s))
 		s->loop->be->recv_arm(s);
-	perch__conn_ref(s->conn); /* the callback's */
-	cb(s->loop, s->conn, 0, arg);
+	perch__conn_ref(perch__sock_conn(s)); /* the callback's */
+	cb(s->loop, perch__sock_conn(s), 0, arg);
 }
 
 /*
@@ -55,7 +55,7 @@ static void connect_start(struct perch__sock *s)
 		perch_connect_fn cb = s->cx->on_connected;
 		void *arg = s->cx->connect_arg;
 		struct perch_loop *loop = s->loop;
-		perch_conn_release(s->conn); /* not in the table: closes fd, frees s */
+		perch_conn_release(perch__sock_conn(s)); /* not in the table: closes fd, frees s */
 		cb(loop, NULL, err, arg);
 		return;
 	}

@@ -75,7 +75,7 @@ static bool read_turn(struct ep *e, struct perch__sock *s)
 	uint64_t got = 0;
 	bool yielded = false;
 	loop->stats.read_turns++;
-	while (reading(s) && !perch_conn_is_closed(s->conn)) {
+	while (reading(s) && !perch_conn_is_closed(perch__sock_conn(s))) {
 		if (got >= e->budget) {
 			loop->stats.read_yields++;
 			perch__epoll_rearm(e, s);
@@ -119,7 +119,7 @@ static bool read_turn(struct ep *e, struct perch__sock *s)
  */
 static void on_hangup(struct perch__sock *s, uint32_t ev)
 {
-	if (!reading(s) || perch_conn_is_closed(s->conn))
+	if (!reading(s) || perch_conn_is_closed(perch__sock_conn(s)))
 		return; /* paused or parked: the MOD that resumes it re-polls and reports this again */
 	int err = 0;
 	socklen_t len = sizeof(err);

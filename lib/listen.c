@@ -115,14 +115,14 @@ void perch__loop_accepted(struct perch__sock *ls, int fd)
 	struct perch__sock *s = perch__conn_sock_new(ls->loop, fd, ls->family, &ls->lx->accept_opts);
 	if (!s || perch__table_insert(ls->loop, s) != 0) {
 		if (s)
-			perch_conn_release(s->conn); /* not in the table yet: closes fd inline */
+			perch_conn_release(perch__sock_conn(s)); /* not in the table yet: closes fd inline */
 		else
 			close(fd);
 		return;
 	}
 	perch__sock_set_nodelay(s);
 	ls->loop->be->recv_arm(s);
-	struct perch_conn *c = s->conn;
+	struct perch_conn *c = perch__sock_conn(s);
 	perch__conn_ref(c); /* the callback's */
 	ls->lx->on_accept((struct perch_listener *)ls, c, ls->lx->accept_arg);
 }

@@ -228,7 +228,7 @@ static void close_all(struct perch_loop *loop)
 		if (!s || s->closing)
 			continue;
 		if (s->kind == PERCH__SOCK_CONN)
-			perch_conn_close(s->conn);
+			perch_conn_close(perch__sock_conn(s));
 		else
 			perch__sock_start_close(s);
 	}

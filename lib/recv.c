@@ -24,7 +24,7 @@ bool perch__loop_recv_wanted(const struct perch__sock *s)
  */
 static bool locally_closed(const struct perch__sock *s)
 {
-	return s->closing || perch_conn_is_closed(s->conn);
+	return s->closing || perch_conn_is_closed(perch__sock_conn(s));
 }
 
 /* A segment goes back: a pool buffer to its backend, a heap one (perch__loop_recv_own's) freed. */
@@ -41,7 +41,7 @@ static void arrival_failed(struct perch__sock *s)
 {
 	s->rx_ended = true;
 	s->loop->be->recv_pause(s);
-	perch__conn_failed(s->conn, -ENOMEM);
+	perch__conn_failed(perch__sock_conn(s), -ENOMEM);
 }
 
 void perch__loop_received(struct perch__sock *s, struct perch__rxseg *rs)
@@ -58,7 +58,7 @@ void perch__loop_received(struct perch__sock *s, struct perch__rxseg *rs)
 	rs->tail_bytes = 0;
 	s->unconsumed += len;
 	s->pool_held += pool;
-	if (perch__conn_recv_arrived(s->conn, &rs->seg) != 0) {
+	if (perch__conn_recv_arrived(perch__sock_conn(s), &rs->seg) != 0) {
 		s->unconsumed -= len;
 		s->pool_held -= pool;
 		give_back(loop, rs);
@@ -141,16 +141,16 @@ void perch__loop_recv_ended(struct perch__sock *s, int res)
 	if (locally_closed(s))
 		return;
 	if (res == 0)
-		perch__conn_peer_closed(s->conn);
+		perch__conn_peer_closed(perch__sock_conn(s));
 	else
-		perch__conn_failed(s->conn, res);
+		perch__conn_failed(perch__sock_conn(s), res);
 }
 
 void perch__loop_failed(struct perch__sock *s, int err)
 {
 	s->rx_ended = true;
 	if (!locally_closed(s))
-		perch__conn_failed(s->conn, err);
+		perch__conn_failed(perch__sock_conn(s), err);
 }
 
 /*

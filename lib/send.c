@@ -81,7 +81,7 @@ static void finish_send(struct perch__sock *s, int result)
 	if (be->send_keep && be->send_keep(s, chain))
 		chain = NULL; /* the kernel may still read it: the backend frees it later */
 	/* May drop the send's reference; the loop's keeps the socket alive. */
-	perch__conn_send_done(s->conn, chain, result);
+	perch__conn_send_done(perch__sock_conn(s), chain, result);
 }
 
 void perch__loop_sent(struct perch__sock *s, int res)
@@ -103,7 +103,7 @@ void perch__loop_sent(struct perch__sock *s, int res)
 		s->loop->be->send(s);
 }
 
-/* Loop thread. `c` is passed apart from s->conn: after a close the socket may be finalized. */
+/* Loop thread. `c` is passed apart from perch__sock_conn(s): after a close the socket may be finalized. */
 static void start_send(struct perch__sock *s, struct perch_conn *c, struct perch__txbuf *chain)
 {
 	if (s->closing || !s->in_table) {
@@ -128,7 +128,7 @@ static void start_send(struct perch__sock *s, struct perch_conn *c, struct perch
 static void run_posted_send(struct perch_loop *loop, struct perch__msg *m)
 {
 	struct perch__sock *s = perch__container_of(m, struct perch__sock, send_msg);
-	start_send(s, s->conn, s->posted_chain);
+	start_send(s, perch__sock_conn(s), s->posted_chain);
 }
 
 /* The conn core's send: started at once on the loop thread, else posted. */

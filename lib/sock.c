@@ -170,9 +170,9 @@ struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd, sa_fam
 	if (!c)
 		return NULL;
 	struct perch__sock *s = c->transport;
-	s->conn = c;
 	s->loop = loop;
 	s->kind = PERCH__SOCK_CONN;
+	PERCH_ASSERT(perch__sock_conn(s) == c);
 	s->fd = fd;
 	s->family = family;
 	s->opts = (struct perch__sock_opts){
@@ -183,7 +183,7 @@ struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd, sa_fam
 	s->recv_mode = (uint8_t)opts->recv_mode;
 	s->nagle = opts->nagle;
 	/* A waiting tail up to a quarter of a receive buffer gives its pool buffers back (conn_read.c). */
-	s->conn->compact_max = loop->opts.buf_size / 4;
+	c->compact_max = loop->opts.buf_size / 4;
 	s->pool_max = pool_max(opts->pause_bytes, loop->opts.buf_size);
 	return s;
 }
@@ -283,7 +283,7 @@ void perch__loop_sock_closed(struct perch__sock *s)
 		return;
 	}
 	/* The loop's reference: the last one frees the socket, with its conn's block. */
-	perch__conn_unref(s->conn);
+	perch__conn_unref(perch__sock_conn(s));
 }
 
 /* ================= the conn core's transport ops ================= */
@@ -300,7 +300,7 @@ static void call_on_loop(struct perch__sock *s, struct perch__msg *m, perch__msg
 		call(s);
 		return;
 	}
-	perch__conn_ref(s->conn);
+	perch__conn_ref(perch__sock_conn(s));
 	m->run = run_posted;
 	perch__inbox_push(s->loop, m);
 }
@@ -308,7 +308,7 @@ static void call_on_loop(struct perch__sock *s, struct perch__msg *m, perch__msg
 /* The posted half of call_on_loop: the call, then the reference it took (which may free s). */
 static void run_posted_call(struct perch__sock *s, void (*call)(struct perch__sock *s))
 {
-	struct perch_conn *c = s->conn;
+	struct perch_conn *c = perch__sock_conn(s);
 	call(s);
 	perch__conn_unref(c);
 }
