@@ -27,9 +27,9 @@
 
 /* This backend's state for one socket, kept after the loop's (perch__sock_be). */
 struct esock {
-	uint32_t flags;              /* F_* */
+	uint16_t flags;              /* F_* */
+	uint16_t pend;               /* P_*: completions to report at the end of the turn */
 	uint32_t events;             /* the interest the kernel has for the fd */
-	uint32_t pend;               /* P_*: completions to report at the end of the turn */
 	int res;                     /* the pending connect's or send's result */
 	int refused;                 /* the -errno of a refused epoll_ctl (F_REFUSED) */
 	struct perch__sock *pend_next;
