@@ -1,4 +1,4 @@
-/* tests/test_uring_gather.c: io_uring sends of several staged buffers: gathered in one sendmsg, and, out of memory for the socket's gather or rare block, sent a buffer at a time, every byte in order. */
+/* tests/test_uring_gather.c: io_uring sends of several staged buffers: gathered in one sendmsg, and, out of memory for the socket's gather or rare block, sent a buffer at a time (a zero-copy write plain), every byte in order. */
 #include "config.h"
 
 #include "cmocka_prelude.h"
@@ -34,7 +34,8 @@ struct fx {
 	int peer;
 };
 
-static int setup(void **state)
+/* The fixture, its connection adopted with `co` (NULL: the defaults). */
+static int setup_with(void **state, const struct perch_conn_opts *co)
 {
 	struct fx *f = *state = calloc(1, sizeof(*f));
 	int sv[2];
@@ -43,13 +44,25 @@ static int setup(void **state)
 		return -1;
 	struct lu_connect k = { .c = NULL, .result = 1 };
 	sem_init(&k.done, 0, 0);
-	if (perch_conn_adopt(f->l.loop, sv[0], NULL, lu_connected, &k) != 0 ||
+	if (perch_conn_adopt(f->l.loop, sv[0], co, lu_connected, &k) != 0 ||
 	    lu_sem_wait(&k.done, LU_TIMEOUT_MS) != 0 || k.result != 0)
 		return -1;
 	sem_destroy(&k.done);
 	f->c = k.c;
 	f->peer = sv[1];
 	return 0;
+}
+
+static int setup(void **state)
+{
+	return setup_with(state, NULL);
+}
+
+/* A referenced write of 1 KiB or more asks for a zero-copy send (a Unix socket then refuses it). */
+static int setup_zerocopy(void **state)
+{
+	struct perch_conn_opts co = { .zerocopy_min = 1024 };
+	return setup_with(state, &co);
 }
 
 static int teardown(void **state)
@@ -106,6 +119,32 @@ static void out_of_memory_for_the_rare_block_sends_a_buffer_at_a_time(void **sta
 	sends_a_buffer_at_a_time_without(*state, sizeof(struct usock_rare));
 }
 
+static void count_release(void *arg, const void *data, size_t len)
+{
+	__atomic_add_fetch((int *)arg, 1, __ATOMIC_RELAXED);
+}
+
+/* The zero-copy hold needs the rare block too: without it the write goes as a plain send. */
+static void out_of_memory_for_the_rare_block_sends_a_zero_copy_write_plain(void **state)
+{
+	struct fx *f = *state;
+	if (!lu_stats(&f->l).zerocopy_available)
+		skip();
+	static uint8_t out[8192], back[8192];
+	int released = 0;
+	lu_fill(out, sizeof(out));
+	assert_int_equal(perch_conn_write_ref(f->c, out, sizeof(out), count_release, &released), 0);
+	__atomic_store_n(&refused, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&fail_size, sizeof(struct usock_rare), __ATOMIC_RELEASE);
+	assert_int_equal(lu_flush(f->c), 0);
+	__atomic_store_n(&fail_size, 0, __ATOMIC_RELEASE);
+	assert_true(__atomic_load_n(&refused, __ATOMIC_RELAXED) >= 1);
+	assert_int_equal(__atomic_load_n(&released, __ATOMIC_RELAXED), 1);
+	assert_int_equal(lu_stats(&f->l).zerocopy_sends, 0);
+	assert_true(lu_read_all(f->peer, back, sizeof(back)));
+	assert_memory_equal(back, out, sizeof(out));
+}
+
 int main(void)
 {
 	struct perch_loop *probe = lu_uring_probe();
@@ -118,6 +157,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(out_of_memory_for_the_rare_block_sends_a_buffer_at_a_time, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(out_of_memory_for_the_rare_block_sends_a_zero_copy_write_plain,
+						setup_zerocopy, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
