@@ -119,6 +119,15 @@ void perch__uring_zc_close_fd(struct perch__sock *s)
 
 void perch__uring_zc_settle(struct perch__sock *s)
 {
+	struct usock_rare *rare = us_of(s)->rare;
+	/*
+	 * A zero-copy send still the socket's: the ring is gone and its
+	 * connection reset (zc_reset_held), so abandon_all's -ECANCELED gives
+	 * its chain back at once; the hold, freed by zc_free_all, forgets the
+	 * socket, which goes before it.
+	 */
+	if (rare && rare->zc)
+		rare->zc->s = NULL;
 	forget_fd(take_zcfd(s)); /* abandon_all closes the fd: reset already when a hold needed it */
 	perch__uring_rare_free(us_of(s)); /* the kernel copied the gather block when it took the send's SQE */
 }
