@@ -79,8 +79,9 @@ struct perch__mem_pipe *perch__mem_pipe_of(struct perch_conn *c)
 /* The pipe of a writer these functions are called for: an in-memory pipe's. */
 static struct perch__mem_pipe *writer_pipe(struct perch_pipe_writer *w)
 {
-	PERCH_ASSERT(w->c->ops == &mem_ops);
-	return w->c->transport;
+	struct perch__mem_pipe *mp = perch__mem_pipe_of(w->c);
+	PERCH_ASSERT(mp != NULL);
+	return mp;
 }
 
 static bool has_room(struct perch__mem_pipe *mp)

@@ -55,12 +55,6 @@ struct perch_pipe_writer {
 	size_t high_water;                /* perch_pipe_writer_above_high_water's mark */
 };
 
-/* The in-memory pipe a writer writes (its connection's transport), or NULL. */
-static inline struct perch__mem_pipe *perch__writer_mem(struct perch_pipe_writer *w)
-{
-	return (perch__load_u32(&w->gate) & WRITER_GATE_MEM) ? w->c->transport : NULL;
-}
-
 /* ---- the in-memory pipe, for the reader and writer (pipes/mem_pipe.c) ---- */
 
 /* Why a write is refused now: -EBUSY (a flush waits for room), -EPIPE (the reader completed), or 0. */

@@ -71,19 +71,33 @@ static bool writer_usable(struct perch_pipe_writer *w)
 	return w && !(perch__load_u32(&w->gate) & WRITER_GATE_COMPLETED);
 }
 
-/* Why an in-memory pipe refuses a write now (perch__mem_write_refusal); 0 over another transport. */
-static int mem_refusal(struct perch_pipe_writer *w)
+/*
+ * Why a write is refused now, from one load of the gate: -EINVAL (no
+ * writer, or completed), an in-memory pipe's refusal (-EBUSY, -EPIPE:
+ * perch__mem_write_refusal, never -EINVAL), or 0.
+ */
+static int write_refusal(struct perch_pipe_writer *w)
 {
-	struct perch__mem_pipe *mem = perch__writer_mem(w);
-	return mem ? perch__mem_write_refusal(mem) : 0;
+	if (!w)
+		return -EINVAL;
+	uint32_t gate = perch__load_u32(&w->gate);
+	if (gate & WRITER_GATE_COMPLETED)
+		return -EINVAL;
+	return (gate & WRITER_GATE_MEM) ? perch__mem_write_refusal(perch__mem_pipe_of(w->c)) : 0;
+}
+
+/* The writer writes an in-memory pipe: its gate says so from its creation. */
+static bool writes_memory(struct perch_pipe_writer *w)
+{
+	return perch__load_u32(&w->gate) & WRITER_GATE_MEM;
 }
 
 int perch_pipe_get_buffer(struct perch_pipe_writer *w, size_t size_hint, uint8_t **buf,
 			  size_t *len)
 {
-	if (!writer_usable(w) || !buf || !len)
+	if (!buf || !len)
 		return -EINVAL;
-	int refused = mem_refusal(w);
+	int refused = write_refusal(w);
 	if (refused)
 		return refused;
 	int rc = perch__conn_stage_buffer(w->c, size_hint, buf, len);
@@ -93,9 +107,7 @@ int perch_pipe_get_buffer(struct perch_pipe_writer *w, size_t size_hint, uint8_t
 
 int perch_pipe_advance(struct perch_pipe_writer *w, size_t n)
 {
-	if (!writer_usable(w))
-		return -EINVAL;
-	int refused = mem_refusal(w);
+	int refused = write_refusal(w);
 	if (refused)
 		return refused;
 	if (perch__load_u32(&w->c->flush_busy))
@@ -136,10 +148,9 @@ static bool gate_open(struct perch_pipe_writer *w)
 static __attribute__((noinline)) int write_gated(struct perch_pipe_writer *w, const void *data,
 						size_t len)
 {
-	if (!writer_usable(w))
-		return -EINVAL;
-	w->room = 0;
-	int refused = perch__mem_write_refusal(perch__writer_mem(w));
+	int refused = write_refusal(w);
+	if (refused != -EINVAL)
+		w->room = 0; /* as a write: it ends get_buffer's loan */
 	return refused ? refused : perch_conn_write(w->c, data, len);
 }
 
@@ -155,19 +166,18 @@ int perch_pipe_write(struct perch_pipe_writer *w, const void *data, size_t len)
 int perch_pipe_write_ref(struct perch_pipe_writer *w, const void *data, size_t len, perch_release_fn release,
 			 void *arg)
 {
-	if (!writer_usable(w))
-		return -EINVAL;
-	w->room = 0; /* as a write: it ends get_buffer's loan */
-	int refused = mem_refusal(w);
+	int refused = write_refusal(w);
+	if (refused != -EINVAL)
+		w->room = 0; /* as a write: it ends get_buffer's loan */
 	return refused ? refused : perch_conn_write_ref(w->c, data, len, release, arg);
 }
 
 int perch_pipe_forward(struct perch_pipe_reader *r, size_t consumed, size_t examined,
 		       struct perch_pipe_writer *w)
 {
-	if (!r || !writer_usable(w))
+	if (!r)
 		return -EINVAL;
-	int refused = mem_refusal(w);
+	int refused = write_refusal(w);
 	if (refused)
 		return refused;
 	int rc = perch_conn_forward(r->c, consumed, examined, w->c);
@@ -312,7 +322,7 @@ int perch_pipe_cancel_pending_flush(struct perch_pipe_writer *w)
 {
 	if (!w)
 		return -EINVAL;
-	if (perch__writer_mem(w)) {
+	if (writes_memory(w)) {
 		perch__mem_cancel_flush(w);
 		return 0;
 	}
@@ -329,7 +339,7 @@ int perch_pipe_writer_complete(struct perch_pipe_writer *w)
 		return -EINVAL;
 	if (perch__for_u32(&w->gate, WRITER_GATE_COMPLETED) & WRITER_GATE_COMPLETED)
 		return 0;
-	if (perch__writer_mem(w)) {
+	if (writes_memory(w)) {
 		perch__mem_writer_completed(w);
 	} else {
 		/* Staged bytes are the writer's alone (a flush in progress took its own). */
