@@ -113,7 +113,7 @@ struct perch__sock {
 	bool rx_full;                /* unconsumed reached pause_bytes: paused until resume_bytes */
 	bool rx_paused;              /* backpressure wants recv stopped */
 	bool rx_ended;               /* FIN or error seen: never re-armed */
-	bool parked;                 /* on the loop's list of those waiting for a receive buffer */
+	bool parked;                 /* on the loop's list of those waiting for a receive buffer (perch__park) */
 	uint32_t lingering;          /* atomic: perch_conn_close_lingering took it (a second call is -EALREADY) */
 	struct perch__txbuf *tx_chain; /* the chain being sent (one send in flight) */
 	struct perch__txbuf *tx_cur;   /* first buffer with unsent bytes */
@@ -129,9 +129,6 @@ struct perch__sock {
 		struct perch__connecting *cx; /* a connection's: from perch_connect or perch_conn_adopt until answered */
 		struct perch__listening *lx;  /* a listener's, after its backend state in the same block */
 	};
-
-	/* ---- a connection waiting for a receive buffer (perch__park; backends use it) ---- */
-	struct perch__sock *park_next;
 	/* the backend's own state follows the socket: perch__sock_be */
 };
 
@@ -267,7 +264,9 @@ struct perch_loop {
 	struct perch__sock **table;  /* slot -> socket, NULL when free */
 	uint32_t *gens;              /* slot -> generation, bumped when a socket leaves */
 	uint32_t *free_slots;
+	uint32_t *park_next;         /* slot -> the next parked slot (PERCH__PARK_NONE ends the list) */
 	uint32_t nfree, cap, live;
+	uint32_t park_head, park_tail; /* connections waiting for a receive buffer, first parked first */
 	uint32_t owner_tid;          /* the thread that first ran the loop; 0 before (claimed by CAS) */
 	bool freeing;
 	bool in_turn;                /* one of its turns runs (on its thread): another, nested, is refused */
@@ -320,14 +319,21 @@ struct perch_loop {
 
 /* ---- loop services for backends (loop thread) ---- */
 
-/* Connections waiting for a receive buffer, first parked first served. */
-struct perch__park_list {
-	struct perch__sock *head, *tail;
-};
-/* Appends s (not parked) at the tail and marks it parked. */
-void perch__park(struct perch__park_list *l, struct perch__sock *s);
+/*
+ * Connections waiting for a receive buffer, first parked first served.
+ * Linked by slot in the loop's own array, so a socket carries no link:
+ * a parked socket is in the table (a close unparks it first).
+ */
+#define PERCH__PARK_NONE UINT32_MAX
+/* Appends s (in the table, not parked) at the tail and marks it parked. */
+void perch__park(struct perch__sock *s);
 /* Takes s out wherever it is, if parked; false when it was not. */
-bool perch__unpark(struct perch__park_list *l, struct perch__sock *s);
+bool perch__unpark(struct perch__sock *s);
+/* The first parked connection, or NULL when none waits. */
+static inline struct perch__sock *perch__parked_first(const struct perch_loop *loop)
+{
+	return loop->park_head == PERCH__PARK_NONE ? NULL : loop->table[loop->park_head];
+}
 
 /* The socket at slot/gen, or NULL when that generation has left the table. */
 struct perch__sock *perch__loop_sock(struct perch_loop *loop, uint32_t slot, uint32_t gen);

@@ -76,7 +76,7 @@ static int run_pending(struct ep *e)
 
 void perch__epoll_park(struct ep *e, struct perch__sock *s)
 {
-	perch__park(&e->parked, s);
+	perch__park(s);
 	s->loop->stats.enobufs_parks++;
 	perch__epoll_update_interest(e, s); /* EPOLLIN off until a buffer is free for it */
 }
@@ -86,12 +86,12 @@ void perch__epoll_park(struct ep *e, struct perch__sock *s)
  * first, no more of them than there are free buffers. The MOD re-polls, so
  * each gets an event; one that finds no buffer then parks again at the tail.
  */
-static void serve_parked(struct ep *e)
+static void serve_parked(struct perch_loop *loop, struct ep *e)
 {
 	uint32_t budget = e->nfree;
-	while (budget > 0 && e->parked.head) {
-		struct perch__sock *s = e->parked.head;
-		perch__unpark(&e->parked, s);
+	struct perch__sock *s;
+	while (budget > 0 && (s = perch__parked_first(loop)) != NULL) {
+		perch__unpark(s);
 		if (reading(s)) {
 			perch__epoll_update_interest(e, s);
 			budget--;
@@ -103,7 +103,7 @@ static void epoll_buf_release(struct perch_loop *loop, struct perch__rxseg *rs)
 {
 	struct ep *e = ep_of(loop);
 	perch__epoll_buf_put(e, rs);
-	serve_parked(e);
+	serve_parked(loop, e);
 }
 
 /* ================= setup ================= */
@@ -232,7 +232,7 @@ static void epoll_recv_arm(struct perch__sock *s)
 		return;
 	/* Parked, and (say) resumed from a pause: a free buffer that no one took is its to try. */
 	if (s->parked && e->nfree > 0)
-		perch__unpark(&e->parked, s);
+		perch__unpark(s);
 	perch__epoll_update_interest(e, s); /* still parked: EPOLLRDHUP back, the end heard again */
 }
 
@@ -263,7 +263,7 @@ static void epoll_send(struct perch__sock *s)
 static void epoll_close(struct perch__sock *s)
 {
 	struct ep *e = ep_of(s->loop);
-	perch__unpark(&e->parked, s);
+	perch__unpark(s);
 	perch__epoll_remove_interest(e, s);
 	perch__epoll_pend(e, s, P_CLOSE);
 }
@@ -305,8 +305,8 @@ static int epoll_poll(struct perch_loop *loop, int timeout_ms)
 		dispatch(loop, &e->events[i]);
 	done += run_pending(e);
 	/* A re-armed parked connection that took no buffer (a FIN) leaves it to the next one. */
-	if (e->parked.head && e->nfree)
-		serve_parked(e);
+	if (e->nfree && perch__parked_first(loop))
+		serve_parked(loop, e);
 	return n + done;
 }
 

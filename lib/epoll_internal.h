@@ -48,7 +48,6 @@ struct ep {
 	uint32_t *free_ids;          /* a stack: the buffer used last is reused first (warm) */
 	uint32_t nfree, nbufs, buf_size;
 	struct perch__pool_trim trim; /* the free stack's cold bottom gives its pages back */
-	struct perch__park_list parked; /* no buffer: first parked, first served */
 	struct perch__sock *pend_head, *pend_tail; /* sockets with esock.pend set, in order */
 	struct epoll_event events[MAX_EVENTS];
 };

@@ -136,7 +136,7 @@ static void on_parked_hangup(struct ep *e, struct perch__sock *s)
 {
 	perch__loop_recv_own(s);
 	if (!perch__loop_recv_wanted(s))
-		perch__unpark(&e->parked, s);
+		perch__unpark(s);
 }
 
 void perch__epoll_on_conn_ready(struct ep *e, struct perch__sock *s, uint32_t ev)

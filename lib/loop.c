@@ -108,6 +108,7 @@ int perch_loop_new(const struct perch_loop_opts *opts, struct perch_loop **out)
 	if (posix_memalign((void **)&loop, CK_MD_CACHELINE, sizeof(*loop)) != 0)
 		return -ENOMEM;
 	memset(loop, 0, sizeof(*loop));
+	loop->park_head = loop->park_tail = PERCH__PARK_NONE;
 	ck_stack_init(&loop->inbox);
 	perch_timer_init(&loop->accept_retry, loop, perch__accept_retry_due, loop);
 	loop->opts = o;
@@ -297,5 +298,6 @@ void perch_loop_free(struct perch_loop *loop)
 	free(loop->table);
 	free(loop->gens);
 	free(loop->free_slots);
+	free(loop->park_next);
 	free(loop);
 }

@@ -34,6 +34,10 @@ static int table_grow(struct perch_loop *loop)
 	if (!free_slots)
 		return -ENOMEM;
 	loop->free_slots = free_slots;
+	uint32_t *park_next = realloc(loop->park_next, cap * sizeof(*park_next));
+	if (!park_next)
+		return -ENOMEM;
+	loop->park_next = park_next;
 	/* Pushed high to low so the lowest slots are used first. */
 	for (uint32_t i = cap; i > loop->cap; i--) {
 		table[i - 1] = NULL;
@@ -63,6 +67,7 @@ static void table_remove(struct perch_loop *loop, struct perch__sock *s)
 	/* The slot holds this socket at the generation it was given. */
 	PERCH_ASSERT(s->in_table && loop->table[s->slot] == s && loop->gens[s->slot] == s->gen);
 	PERCH_ASSERT(loop->live > 0);
+	PERCH_ASSERT(!s->parked); /* its link is the slot's */
 	loop->table[s->slot] = NULL;
 	/* Completions and releases still tagged with the old generation are dropped. */
 	loop->gens[s->slot] = (loop->gens[s->slot] + 1) & GEN_MASK;
@@ -76,32 +81,33 @@ struct perch__sock *perch__loop_sock(struct perch_loop *loop, uint32_t slot, uin
 	return perch__table_lookup(loop, slot, gen);
 }
 
-void perch__park(struct perch__park_list *l, struct perch__sock *s)
+void perch__park(struct perch__sock *s)
 {
-	PERCH_ASSERT(!s->parked);
+	struct perch_loop *loop = s->loop;
+	PERCH_ASSERT(!s->parked && s->in_table);
 	s->parked = true;
-	s->park_next = NULL;
-	if (l->tail)
-		l->tail->park_next = s;
+	loop->park_next[s->slot] = PERCH__PARK_NONE;
+	if (loop->park_tail != PERCH__PARK_NONE)
+		loop->park_next[loop->park_tail] = s->slot;
 	else
-		l->head = s;
-	l->tail = s;
+		loop->park_head = s->slot;
+	loop->park_tail = s->slot;
 }
 
-bool perch__unpark(struct perch__park_list *l, struct perch__sock *s)
+bool perch__unpark(struct perch__sock *s)
 {
 	if (!s->parked)
 		return false;
-	struct perch__sock **pp = &l->head, *prev = NULL;
-	while (*pp != s) {
-		PERCH_ASSERT(*pp != NULL); /* a parked socket is on its list */
+	struct perch_loop *loop = s->loop;
+	uint32_t *pp = &loop->park_head, prev = PERCH__PARK_NONE;
+	while (*pp != s->slot) {
+		PERCH_ASSERT(*pp != PERCH__PARK_NONE); /* a parked socket is on the list */
 		prev = *pp;
-		pp = &(*pp)->park_next;
+		pp = &loop->park_next[prev];
 	}
-	*pp = s->park_next;
-	if (l->tail == s)
-		l->tail = prev;
-	s->park_next = NULL;
+	*pp = loop->park_next[s->slot];
+	if (loop->park_tail == s->slot)
+		loop->park_tail = prev;
 	s->parked = false;
 	return true;
 }
@@ -242,13 +248,17 @@ void perch__sock_start_close(struct perch__sock *s)
 void perch__loop_abandon_all(struct perch_loop *loop, void (*settle)(struct perch__sock *s))
 {
 	/*
-	 * All closing first: finalizing one resumes paused listeners and
-	 * parked connections, which must not start work on a backend that is
-	 * gone (a free off the owner's thread never closed them).
+	 * All closing first, and none parked: finalizing one resumes paused
+	 * listeners and serves parked connections, which must not start work
+	 * on a backend that is gone (a free off the owner's thread never
+	 * closed them), and a parked one's link is its slot's, going too.
 	 */
 	for (uint32_t i = 0; i < loop->cap; i++)
-		if (loop->table[i])
+		if (loop->table[i]) {
 			loop->table[i]->closing = true;
+			loop->table[i]->parked = false;
+		}
+	loop->park_head = loop->park_tail = PERCH__PARK_NONE;
 	for (uint32_t i = 0; i < loop->cap; i++) {
 		struct perch__sock *s = loop->table[i];
 		if (!s)

@@ -58,7 +58,7 @@ void perch__uring_ring_maybe_shrink(struct uring *u)
 	 */
 	if (u->ring_target > RING_TARGET_MIN && u->ring_low >= u->ring_target / 2 &&
 	    u->ring_free <= u->ring_target && u->loop->stats.enobufs_parks == u->parks_at_check &&
-	    !u->parked.head) {
+	    !perch__parked_first(u->loop)) {
 		u->ring_target /= 2;
 		u->loop->stats.ring_target = u->ring_target;
 	}
@@ -88,7 +88,7 @@ static bool ring_settled(struct uring *u)
  */
 static void ring_trim(struct uring *u)
 {
-	if (u->ring_free <= RING_TARGET_MIN || u->parked.head || !ring_settled(u))
+	if (u->ring_free <= RING_TARGET_MIN || perch__parked_first(u->loop) || !ring_settled(u))
 		return;
 	uint32_t k = u->ring_free - RING_TARGET_MIN;
 	uint32_t *cold = perch__pool_trim_room_for_cold(&u->trim, u->spare, &u->nspare, k);

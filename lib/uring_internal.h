@@ -160,7 +160,6 @@ struct uring {
 	uint32_t ring_low;           /* the fewest free buffers in the ring since the last shrink check */
 	uint32_t polls_since_check;
 	uint64_t parks_at_check;     /* stats.enobufs_parks then: an ENOBUFS since means not quiet */
-	struct perch__park_list parked; /* ENOBUFS, FIFO: first parked, first served */
 	uint64_t wake_val;
 	bool zerocopy;               /* the kernel has SEND_ZC and SENDMSG_ZC (probed at init) */
 	bool bundles;                /* multishot recvs take bundles: several buffers a completion (perch__uring_bundles_probe) */

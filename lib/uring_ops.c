@@ -74,7 +74,7 @@ void perch__uring_recv_arm(struct perch__sock *s)
 	struct io_uring_sqe *sqe = perch__uring_sqe_get(u);
 	if (!sqe)
 		return; /* the ring is broken: the poll reports it */
-	perch__unpark(&u->parked, s);
+	perch__unpark(s);
 	if (s->recv_mode == PERCH_RECV_SINGLESHOT || s->family == AF_UNIX) {
 		io_uring_prep_recv(sqe, s->fd, NULL, 0, 0);
 		us->flags |= F_RECV;
@@ -231,7 +231,7 @@ void perch__uring_close(struct perch__sock *s)
 	struct uring *u = st_of(s->loop);
 	uint32_t flags = us_of(s)->flags;
 	bool any = false;
-	perch__unpark(&u->parked, s);
+	perch__unpark(s);
 	for (size_t i = 0; i < sizeof(in_flight) / sizeof(in_flight[0]); i++) {
 		if (!(flags & in_flight[i].flag))
 			continue;
@@ -357,7 +357,7 @@ void perch__uring_on_recv(struct uring *u, struct perch__sock *s, int res, uint3
 		perch__loop_recv_ended(s, 0);
 	else if (res == -ENOBUFS) {
 		if (!s->closing && !s->parked) {
-			perch__park(&u->parked, s);
+			perch__park(s);
 			s->loop->stats.enobufs_parks++;
 			perch__uring_watch_for_hangup(u, s);
 			/*
@@ -385,7 +385,7 @@ void perch__uring_on_recv(struct uring *u, struct perch__sock *s, int res, uint3
 	 * A recv ended (perhaps one perch__uring_serve_parked re-armed, counting on it to
 	 * take a buffer) and a buffer is free: the next parked one may have it.
 	 */
-	if (last && u->parked.head && u->ring_free > 0)
+	if (last && u->ring_free > 0 && perch__parked_first(u->loop))
 		perch__uring_serve_parked(u);
 }
 

@@ -18,16 +18,16 @@
 void perch__uring_serve_parked(struct uring *u)
 {
 	uint32_t budget = u->ring_free;
-	while (u->parked.head) {
-		struct perch__sock *s = u->parked.head;
+	struct perch__sock *s;
+	while ((s = perch__parked_first(u->loop)) != NULL) {
 		/* Paused, ended or closing: it waits for nothing here (a resume arms it), and grows nothing. */
 		if (!perch__loop_recv_wanted(s)) {
-			perch__unpark(&u->parked, s);
+			perch__unpark(s);
 			continue;
 		}
 		if (budget == 0 && (budget = perch__uring_ring_grow(u)) == 0)
 			return; /* every buffer is taken: a return serves the list again */
-		perch__unpark(&u->parked, s);
+		perch__unpark(s);
 		perch__uring_recv_arm(s);
 		budget--;
 	}
@@ -63,7 +63,7 @@ void perch__uring_on_hangup(struct uring *u, struct perch__sock *s, int res)
 	PERCH_ASSERT(!(us_of(s)->flags & F_RECV)); /* parked: no recv of the kernel's races ours */
 	perch__loop_recv_own(s);
 	if (!perch__loop_recv_wanted(s))
-		perch__unpark(&u->parked, s);
+		perch__unpark(s);
 }
 
 void perch__uring_buf_release(struct perch_loop *loop, struct perch__rxseg *rs)
