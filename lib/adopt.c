@@ -95,7 +95,7 @@ int perch_conn_adopt(struct perch_loop *loop, int fd, const struct perch_conn_op
 	if (rc != 0)
 		return rc;
 	struct perch__connecting *cx = perch__connecting_new();
-	struct perch__sock *s = cx ? perch__conn_sock_new(loop, fd, family, &o) : NULL;
+	struct perch__sock *s = cx ? perch__conn_sock_new(loop, fd, family, &o, NULL) : NULL;
 	if (!s) {
 		free(cx);
 		restore_flags(fd, was);

@@ -80,11 +80,16 @@ struct perch__listening {
 /*
  * What a connection keeps of its perch_conn_opts, resolved (no zero
  * fields): a connect's timeout stays with the connect (perch__connecting).
+ * One record, never changed once made, is shared by the connections a
+ * listener accepts (and by those that connect with the defaults), so an
+ * idle connection holds a pointer, not the values (doc/perf/scale).
  */
 struct perch__sock_opts {
 	size_t pause_bytes;
 	size_t resume_bytes;
 	size_t zerocopy_min;
+	uint32_t pool_max;           /* pool_held that pauses recv: twice pause_bytes' worth, and two */
+	uint32_t refs;               /* atomic: its holders (a listener, the loop, each socket) */
 };
 
 /*
@@ -105,16 +110,15 @@ struct perch__sock {
 	bool nagle;                  /* a connection's perch_conn_opts.nagle */
 	uint32_t tx_off;             /* bytes of tx_cur already sent */
 
-	/* ---- connections ---- */
-	struct perch__sock_opts opts;
+	/* ---- connections (a listener's opts are those it gives what it accepts) ---- */
+	struct perch__sock_opts *opts;
 	uint64_t unconsumed;         /* bytes delivered and not yet released */
 	uint32_t pool_held;          /* pool buffers among them (not the loop's own memory) */
-	uint32_t pool_max;           /* pool_held that pauses recv: twice pause_bytes' worth, and two */
+	uint32_t lingering;          /* atomic: perch_conn_close_lingering took it (a second call is -EALREADY) */
 	bool rx_full;                /* unconsumed reached pause_bytes: paused until resume_bytes */
 	bool rx_paused;              /* backpressure wants recv stopped */
 	bool rx_ended;               /* FIN or error seen: never re-armed */
 	bool parked;                 /* on the loop's list of those waiting for a receive buffer (perch__park) */
-	uint32_t lingering;          /* atomic: perch_conn_close_lingering took it (a second call is -EALREADY) */
 	struct perch__txbuf *tx_chain; /* the chain being sent (one send in flight) */
 	struct perch__txbuf *tx_cur;   /* first buffer with unsent bytes */
 	struct perch__msg send_msg;  /* ops->send, or the one ops->shutdown, from another thread */
@@ -265,6 +269,7 @@ struct perch_loop {
 	uint32_t *gens;              /* slot -> generation, bumped when a socket leaves */
 	uint32_t *free_slots;
 	uint32_t *park_next;         /* slot -> the next parked slot (PERCH__PARK_NONE ends the list) */
+	struct perch__sock_opts *default_opts; /* default perch_conn_opts' record (connect and adopt share it; any thread reads) */
 	uint32_t nfree, cap, live;
 	uint32_t park_head, park_tail; /* connections waiting for a receive buffer, first parked first */
 	uint32_t owner_tid;          /* the thread that first ran the loop; 0 before (claimed by CAS) */

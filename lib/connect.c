@@ -102,7 +102,7 @@ static int connect_to(struct perch_loop *loop, const struct sockaddr_storage *ss
 		free(cx);
 		return -errno;
 	}
-	struct perch__sock *s = perch__conn_sock_new(loop, fd, ss->ss_family, o);
+	struct perch__sock *s = perch__conn_sock_new(loop, fd, ss->ss_family, o, NULL);
 	if (!s) {
 		close(fd);
 		free(cx);

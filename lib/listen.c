@@ -112,7 +112,7 @@ void perch__loop_accepted(struct perch__sock *ls, int fd)
 		close(fd);
 		return;
 	}
-	struct perch__sock *s = perch__conn_sock_new(ls->loop, fd, ls->family, &ls->lx->accept_opts);
+	struct perch__sock *s = perch__conn_sock_new(ls->loop, fd, ls->family, &ls->lx->accept_opts, ls->opts);
 	if (!s || perch__table_insert(ls->loop, s) != 0) {
 		if (s)
 			perch_conn_release(perch__sock_conn(s)); /* not in the table yet: closes fd inline */
@@ -154,7 +154,7 @@ static void run_posted_listen(struct perch_loop *loop, struct perch__msg *m)
 	if (ls->closing) {
 		/* Closed inside an earlier turn's callback, before this ran: perch__sock_start_close left it here. */
 		close(ls->fd);
-		free(ls);
+		perch__listener_free(ls);
 		return;
 	}
 	int rc = listener_insert(loop, ls);
@@ -247,10 +247,15 @@ int perch__listener_start(struct perch_loop *loop, int fd, const struct perch_co
 	ls->lx->on_accept = on_accept;
 	ls->lx->accept_arg = arg;
 	ls->lx->accept_opts = *o;
+	ls->opts = perch__sock_opts_new(loop, o);
+	if (!ls->opts) {
+		free(l);
+		return -ENOMEM;
+	}
 	if (perch__loop_is_current(loop)) {
 		rc = listener_insert(loop, ls);
 		if (rc != 0) {
-			free(l);
+			perch__listener_free(ls);
 			return rc;
 		}
 		*out = l;

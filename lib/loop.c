@@ -112,15 +112,19 @@ int perch_loop_new(const struct perch_loop_opts *opts, struct perch_loop **out)
 	ck_stack_init(&loop->inbox);
 	perch_timer_init(&loop->accept_retry, loop, perch__accept_retry_due, loop);
 	loop->opts = o;
-	loop->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (loop->wake_fd < 0) {
-		int err = -errno;
+	struct perch_conn_opts defaults;
+	perch__conn_opts_resolve(NULL, &defaults);
+	loop->default_opts = perch__sock_opts_new(loop, &defaults);
+	if (!loop->default_opts) {
 		free(loop);
-		return err;
+		return -ENOMEM;
 	}
-	int rc = backend_init(loop);
+	loop->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	int rc = loop->wake_fd < 0 ? -errno : backend_init(loop);
 	if (rc != 0) {
-		close(loop->wake_fd);
+		if (loop->wake_fd >= 0)
+			close(loop->wake_fd);
+		perch__sock_opts_unref(loop->default_opts);
 		free(loop);
 		return rc;
 	}
@@ -269,7 +273,7 @@ static void free_dropped(struct perch_loop *loop)
 	while (loop->dropped) {
 		struct perch__sock *ls = loop->dropped;
 		loop->dropped = ls->lx->dropped_next;
-		free(ls);
+		perch__listener_free(ls);
 	}
 }
 
@@ -299,5 +303,6 @@ void perch_loop_free(struct perch_loop *loop)
 	free(loop->gens);
 	free(loop->free_slots);
 	free(loop->park_next);
+	perch__sock_opts_unref(loop->default_opts); /* connections still held keep theirs */
 	free(loop);
 }

@@ -123,9 +123,20 @@ int perch__addr_parse(const char *host, int port, struct sockaddr_storage *ss, s
  */
 int perch__unix_addr_parse(const char *name, struct sockaddr_storage *ss, socklen_t *len,
 			   bool *abstract);
-/* Any thread: a connection socket over `fd` (of `family`) with the loop's reference on its conn; NULL: out of memory (fd left open). */
+/*
+ * Any thread: a connection socket over `fd` (of `family`) with the loop's
+ * reference on its conn; NULL: out of memory (fd left open). opts are
+ * resolved; `shared`, when not NULL, is a record made for them (a
+ * listener's), which the socket references.
+ */
 struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd, sa_family_t family,
-					 const struct perch_conn_opts *opts);
+					 const struct perch_conn_opts *opts, struct perch__sock_opts *shared);
+/* Any thread: a record of o (resolved) for sockets of `loop`, its one reference the caller's; NULL: out of memory. */
+struct perch__sock_opts *perch__sock_opts_new(const struct perch_loop *loop, const struct perch_conn_opts *o);
+/* Any thread: drops a reference (NULL: none); the last frees the record. */
+void perch__sock_opts_unref(struct perch__sock_opts *r);
+/* Frees a listener's block, and its reference on its opts. */
+void perch__listener_free(struct perch__sock *ls);
 /* Any thread: the loop socket under a connection, or NULL when it is not a loop's (an in-memory pipe). */
 struct perch__sock *perch__conn_sock(const struct perch_conn *c);
 /* TCP_NODELAY unless the connection asked for Nagle's algorithm. */

@@ -72,10 +72,10 @@ void perch__loop_received(struct perch__sock *s, struct perch__rxseg *rs)
 	 * reader may have consumed (and even closed) inside recv_arrived: the
 	 * socket stays valid until the end of this completion.
 	 */
-	if (s->unconsumed >= s->opts.pause_bytes)
+	if (s->unconsumed >= s->opts->pause_bytes)
 		s->rx_full = true;
 	/* A peer sending a few bytes a segment would otherwise hold a buffer a segment. */
-	if (!s->rx_paused && (s->rx_full || s->pool_held >= s->pool_max)) {
+	if (!s->rx_paused && (s->rx_full || s->pool_held >= s->opts->pool_max)) {
 		s->rx_paused = true;
 		loop->stats.recv_pauses++;
 		if (!s->closing)
@@ -118,9 +118,9 @@ void perch__loop_recv_own(struct perch__sock *s)
 {
 	/* Parked: no recv of the backend's is armed (once unparked, one may be, and it reads the rest). */
 	while (s->parked && perch__loop_recv_wanted(s) && !locally_closed(s)) {
-		PERCH_ASSERT(s->unconsumed < s->opts.pause_bytes); /* not paused */
+		PERCH_ASSERT(s->unconsumed < s->opts->pause_bytes); /* not paused */
 		int res = 0;
-		struct perch__rxseg *rs = recv_into_heap(s, queued_bytes(s->fd, s->opts.pause_bytes - s->unconsumed), &res);
+		struct perch__rxseg *rs = recv_into_heap(s, queued_bytes(s->fd, s->opts->pause_bytes - s->unconsumed), &res);
 		if (!rs) {
 			if (res == -ENOMEM)
 				arrival_failed(s);
@@ -159,7 +159,7 @@ void perch__loop_failed(struct perch__sock *s, int err)
  */
 static void maybe_resume(struct perch__sock *s)
 {
-	if (!s->rx_paused || (s->rx_full && s->unconsumed > s->opts.resume_bytes) || s->pool_held >= s->pool_max)
+	if (!s->rx_paused || (s->rx_full && s->unconsumed > s->opts->resume_bytes) || s->pool_held >= s->opts->pool_max)
 		return;
 	s->rx_full = false;
 	s->rx_paused = false;

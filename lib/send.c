@@ -33,7 +33,7 @@ bool perch__loop_tx_wants_zerocopy(const struct perch__sock *s, int max)
 		if (b->len == off)
 			continue;
 		n++;
-		if ((b->flags & PERCH__TXBUF_REF) && b->len - off >= s->opts.zerocopy_min)
+		if ((b->flags & PERCH__TXBUF_REF) && b->len - off >= s->opts->zerocopy_min)
 			return true;
 	}
 	return false;
@@ -47,7 +47,7 @@ bool perch__loop_tx_wants_zerocopy(const struct perch__sock *s, int max)
  */
 static bool chain_lends(const struct perch__sock *s, const struct perch__txbuf *chain)
 {
-	if (s->opts.zerocopy_min == PERCH_ZEROCOPY_OFF)
+	if (s->opts->zerocopy_min == PERCH_ZEROCOPY_OFF)
 		return false;
 	for (const struct perch__txbuf *b = chain; b; b = b->next)
 		if (!(b->flags & PERCH__TXBUF_REF) && b->bytes != b->data)

@@ -167,9 +167,42 @@ static uint32_t pool_max(size_t pause_bytes, uint32_t buf_size)
 	return bufs < UINT32_MAX / 2 - 1 ? (uint32_t)(2 * bufs + 2) : UINT32_MAX;
 }
 
-/* A connection socket over `fd`, with the loop's reference on its conn. Any thread. */
+struct perch__sock_opts *perch__sock_opts_new(const struct perch_loop *loop, const struct perch_conn_opts *o)
+{
+	struct perch__sock_opts *r = malloc(sizeof(*r));
+	if (r)
+		*r = (struct perch__sock_opts){
+			.pause_bytes = o->pause_bytes,
+			.resume_bytes = o->resume_bytes,
+			.zerocopy_min = o->zerocopy_min,
+			.pool_max = pool_max(o->pause_bytes, loop->opts.buf_size),
+			.refs = 1,
+		};
+	return r;
+}
+
+void perch__sock_opts_unref(struct perch__sock_opts *r)
+{
+	if (r && perch__faa_u32(&r->refs, UINT32_MAX) == 1)
+		free(r);
+}
+
+/* A reference to the record for o: `shared` (made for o), the loop's defaults when o is those, else a new one. */
+static struct perch__sock_opts *sock_opts_for(struct perch_loop *loop, const struct perch_conn_opts *o,
+					      struct perch__sock_opts *shared)
+{
+	struct perch__sock_opts *d = loop->default_opts;
+	if (!shared && o->pause_bytes == d->pause_bytes && o->resume_bytes == d->resume_bytes &&
+	    o->zerocopy_min == d->zerocopy_min)
+		shared = d;
+	if (!shared)
+		return perch__sock_opts_new(loop, o);
+	perch__faa_u32(&shared->refs, 1);
+	return shared;
+}
+
 struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd, sa_family_t family,
-					 const struct perch_conn_opts *opts)
+					 const struct perch_conn_opts *opts, struct perch__sock_opts *shared)
 {
 	/* One block for the connection and its socket: the socket lives exactly as long. */
 	struct perch_conn *c = perch__conn_new_with(&loop_conn_ops, sizeof(struct perch__sock) + loop->be->sock_size);
@@ -179,19 +212,25 @@ struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd, sa_fam
 	s->loop = loop;
 	s->kind = PERCH__SOCK_CONN;
 	PERCH_ASSERT(perch__sock_conn(s) == c);
+	s->opts = sock_opts_for(loop, opts, shared);
+	if (!s->opts) {
+		perch__conn_unref(c);
+		return NULL;
+	}
 	s->fd = fd;
 	s->family = family;
-	s->opts = (struct perch__sock_opts){
-		.pause_bytes = opts->pause_bytes,
-		.resume_bytes = opts->resume_bytes,
-		.zerocopy_min = opts->zerocopy_min,
-	};
 	s->recv_mode = (uint8_t)opts->recv_mode;
 	s->nagle = opts->nagle;
 	/* A waiting tail up to a quarter of a receive buffer gives its pool buffers back (conn_read.c). */
 	c->compact_max = loop->opts.buf_size / 4;
-	s->pool_max = pool_max(opts->pause_bytes, loop->opts.buf_size);
 	return s;
+}
+
+void perch__listener_free(struct perch__sock *ls)
+{
+	PERCH_ASSERT(ls->kind == PERCH__SOCK_LISTENER);
+	perch__sock_opts_unref(ls->opts);
+	free(ls);
 }
 
 struct perch__sock *perch__conn_sock(const struct perch_conn *c)
@@ -241,7 +280,7 @@ void perch__sock_start_close(struct perch__sock *s)
 		close(s->fd);
 	if (s->kind == PERCH__SOCK_LISTENER) {
 		undrop(s->loop, s);
-		free(s);
+		perch__listener_free(s);
 	}
 }
 
@@ -289,7 +328,7 @@ void perch__loop_sock_closed(struct perch__sock *s)
 	if (s->loop->accept_paused)
 		perch__accept_resume(s->loop);
 	if (s->kind == PERCH__SOCK_LISTENER) {
-		free(s);
+		perch__listener_free(s);
 		return;
 	}
 	/* The loop's reference: the last one frees the socket, with its conn's block. */
@@ -360,6 +399,7 @@ static void op_destroy(struct perch_conn *c)
 {
 	struct perch__sock *s = c->transport;
 	free(s->cx); /* a connect that failed, or never started; the socket goes with the conn's block */
+	perch__sock_opts_unref(s->opts);
 }
 
 /*

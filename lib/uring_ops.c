@@ -42,7 +42,7 @@ static void limit_to_room(struct uring *u, struct perch__sock *s, struct io_urin
 {
 	if (u->recv_limit_refused)
 		return;
-	uint64_t room = s->unconsumed < s->opts.pause_bytes ? s->opts.pause_bytes - s->unconsumed : 1;
+	uint64_t room = s->unconsumed < s->opts->pause_bytes ? s->opts->pause_bytes - s->unconsumed : 1;
 	sqe->file_index = room < INT32_MAX ? (uint32_t)room : INT32_MAX;
 	us_of(s)->flags |= F_RECV_LIM;
 }

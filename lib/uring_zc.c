@@ -139,7 +139,7 @@ bool perch__uring_zc_prep(struct uring *u, struct perch__sock *s, struct io_urin
 {
 	struct usock *us = us_of(s);
 	/* Off (the default) costs every send one compare, not a walk of its buffers. */
-	if (!u->zerocopy || s->opts.zerocopy_min == PERCH_ZEROCOPY_OFF || (us->flags & F_NO_ZC) ||
+	if (!u->zerocopy || s->opts->zerocopy_min == PERCH_ZEROCOPY_OFF || (us->flags & F_NO_ZC) ||
 	    !perch__loop_tx_wants_zerocopy(s, n))
 		return false;
 	struct zc_hold *h = us->rare ? us->rare->zc : NULL;
