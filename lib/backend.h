@@ -101,20 +101,20 @@ struct perch__sock {
 	struct perch_loop *loop;
 	int fd;
 	uint32_t slot, gen;          /* table index and its generation while in the table */
-	sa_family_t family;          /* AF_INET, AF_INET6 or AF_UNIX (a backend may treat Unix sockets apart) */
+	uint8_t family;              /* AF_INET, AF_INET6 or AF_UNIX (a backend may treat Unix sockets apart) */
 	uint8_t kind;                /* enum perch__sock_kind */
 	bool in_table;
 	bool closing;                /* close started: no new work is submitted */
 	bool tx_lends;               /* tx_chain holds a received segment a forward lent: never zero-copy */
 	uint8_t recv_mode;           /* a connection's perch_conn_opts.recv_mode (enum perch_recv_mode) */
 	bool nagle;                  /* a connection's perch_conn_opts.nagle */
+	uint8_t lingering;           /* atomic: perch_conn_close_lingering took it (a second call is -EALREADY) */
 	uint32_t tx_off;             /* bytes of tx_cur already sent */
 
 	/* ---- connections (a listener's opts are those it gives what it accepts) ---- */
 	struct perch__sock_opts *opts;
 	uint64_t unconsumed;         /* bytes delivered and not yet released */
 	uint32_t pool_held;          /* pool buffers among them (not the loop's own memory) */
-	uint32_t lingering;          /* atomic: perch_conn_close_lingering took it (a second call is -EALREADY) */
 	bool rx_full;                /* unconsumed reached pause_bytes: paused until resume_bytes */
 	bool rx_paused;              /* backpressure wants recv stopped */
 	bool rx_ended;               /* FIN or error seen: never re-armed */

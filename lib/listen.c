@@ -217,7 +217,7 @@ static int bound_address(int fd, struct perch__sock *ls)
 	if (getsockname(fd, (struct sockaddr *)&ls->lx->addr, &ls->lx->addr_len) != 0)
 		return -errno;
 	const struct sockaddr_storage *a = &ls->lx->addr;
-	ls->family = a->ss_family;
+	ls->family = (uint8_t)a->ss_family;
 	ls->lx->port = a->ss_family == AF_INET    ? ntohs(((const struct sockaddr_in *)a)->sin_port)
 		   : a->ss_family == AF_INET6 ? ntohs(((const struct sockaddr_in6 *)a)->sin6_port)
 					      : 0;

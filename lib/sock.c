@@ -218,7 +218,7 @@ struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd, sa_fam
 		return NULL;
 	}
 	s->fd = fd;
-	s->family = family;
+	s->family = (uint8_t)family;
 	s->recv_mode = (uint8_t)opts->recv_mode;
 	s->nagle = opts->nagle;
 	/* A waiting tail up to a quarter of a receive buffer gives its pool buffers back (conn_read.c). */
