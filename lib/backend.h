@@ -126,13 +126,11 @@ struct perch__sock {
 	struct perch__msg close_msg; /* ops->close from another thread */
 	/*
 	 * A socket is a connection or a listener for life (kind). What only a
-	 * connect or a listener needs lives apart: an accepted connection, most
-	 * of them, carries neither.
+	 * connect or a listener needs lives apart, found without a pointer: a
+	 * listener's fields after its backend state in its block (perch__lx),
+	 * a waiting connect's by its slot (perch__sock_cx). An accepted
+	 * connection, most of them, carries neither.
 	 */
-	union {
-		struct perch__connecting *cx; /* a connection's: from perch_connect or perch_conn_adopt until answered */
-		struct perch__listening *lx;  /* a listener's, after its backend state in the same block */
-	};
 	/* the backend's own state follows the socket: perch__sock_be */
 };
 
@@ -143,11 +141,6 @@ struct perch_listener {
 _Static_assert(sizeof(struct perch_listener) == sizeof(struct perch__sock),
 	       "a listener's backend state follows its socket as a connection's does");
 
-/* A connection whose connect (or adoption) is not answered yet. */
-static inline bool perch__sock_connecting(const struct perch__sock *s)
-{
-	return s->kind == PERCH__SOCK_CONN && s->cx && s->cx->on_connected;
-}
 
 /* The backend's per-socket state (backend->sock_size bytes), right after the socket. */
 static inline void *perch__sock_be(struct perch__sock *s)
@@ -204,12 +197,12 @@ struct perch__backend {
 	/* Starts accepting on s->fd: each new fd goes to perch__loop_accepted. */
 	void (*accept)(struct perch__sock *s);
 	/*
-	 * Stops accepting until accept() is called again (s->lx->accept_paused is
+	 * Stops accepting until accept() is called again (perch__lx(s)->accept_paused is
 	 * set): called from inside perch__loop_accepted's failure, so a backend
 	 * whose accept ended with that failure has nothing to stop.
 	 */
 	void (*accept_pause)(struct perch__sock *s);
-	/* Starts connecting s->fd to s->cx->addr; the result goes to perch__loop_connected. */
+	/* Starts connecting s->fd to perch__sock_cx(s)->addr; the result goes to perch__loop_connected. */
 	void (*connect)(struct perch__sock *s);
 	/* (Re)starts receiving: segments to perch__loop_received, the end to perch__loop_recv_ended. */
 	void (*recv_arm)(struct perch__sock *s);
@@ -269,6 +262,7 @@ struct perch_loop {
 	uint32_t *gens;              /* slot -> generation, bumped when a socket leaves */
 	uint32_t *free_slots;
 	uint32_t *park_next;         /* slot -> the next parked slot (PERCH__PARK_NONE ends the list) */
+	struct perch__connecting **connecting; /* slot -> its socket's connect's fields, or NULL (made at the first connect) */
 	struct perch__sock_opts *default_opts; /* default perch_conn_opts' record (connect and adopt share it; any thread reads) */
 	uint32_t nfree, cap, live;
 	uint32_t park_head, park_tail; /* connections waiting for a receive buffer, first parked first */
@@ -321,6 +315,32 @@ struct perch_loop {
 		uint64_t interest_changes; /* epoll: EPOLL_CTL_MOD calls (yields included) */
 	} stats;
 };
+
+/* Where a listener's own fields start in its block: after its socket and the backend's state. */
+static inline size_t perch__lx_offset(const struct perch_loop *loop)
+{
+	return (sizeof(struct perch__sock) + loop->be->sock_size + _Alignof(struct perch__listening) - 1) &
+	       ~(_Alignof(struct perch__listening) - 1);
+}
+
+/* A listener's own fields. */
+static inline struct perch__listening *perch__lx(const struct perch__sock *ls)
+{
+	return (struct perch__listening *)((char *)ls + perch__lx_offset(ls->loop));
+}
+
+/* The fields of a connect (or adoption) in the table, from its start until its socket is finalized; else NULL. */
+static inline struct perch__connecting *perch__sock_cx(const struct perch__sock *s)
+{
+	return s->kind == PERCH__SOCK_CONN && s->in_table && s->loop->connecting ? s->loop->connecting[s->slot] : NULL;
+}
+
+/* A connection whose connect (or adoption) is not answered yet. */
+static inline bool perch__sock_connecting(const struct perch__sock *s)
+{
+	struct perch__connecting *cx = perch__sock_cx(s);
+	return cx && cx->on_connected;
+}
 
 /* ---- loop services for backends (loop thread) ---- */
 

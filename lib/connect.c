@@ -11,7 +11,7 @@
 
 void perch__loop_connected(struct perch__sock *s, int res)
 {
-	struct perch__connecting *cx = s->cx;
+	struct perch__connecting *cx = perch__sock_cx(s);
 	if (!cx || !cx->on_connected)
 		return;
 	perch__timer_disarm(&cx->connect_timer);
@@ -24,7 +24,7 @@ void perch__loop_connected(struct perch__sock *s, int res)
 		return;
 	}
 	/* Answered with success: the kernel is done with the address. */
-	s->cx = NULL;
+	s->loop->connecting[s->slot] = NULL;
 	free(cx);
 	perch__sock_set_nodelay(s);
 	if (perch__loop_recv_wanted(s))
@@ -43,34 +43,48 @@ static void connect_timed_out(struct perch_timer *t, void *arg)
 	perch__loop_connected(arg, -ETIMEDOUT);
 }
 
-/*
- * Loop thread: s goes in the table and starts connecting (an adopted one
- * is connected at once); a refusal is reported at once, and s freed.
- */
-static void connect_start(struct perch__sock *s)
+/* The loop's slot array for connects, made at the first (a server that never connects has none). */
+static int connecting_room(struct perch_loop *loop)
 {
+	if (!loop->connecting)
+		loop->connecting = calloc(loop->cap ? loop->cap : 1, sizeof(*loop->connecting));
+	return loop->connecting ? 0 : -ENOMEM;
+}
+
+/*
+ * Loop thread: cx's socket goes in the table, cx by its slot, and starts
+ * connecting (an adopted one is connected at once); a refusal is reported
+ * at once, and both freed.
+ */
+static void connect_start(struct perch__connecting *cx)
+{
+	struct perch__sock *s = cx->s;
+	struct perch_loop *loop = s->loop;
 	/* Posted work that perch_loop_free's last drain runs: no later turn would report it. */
-	int err = s->loop->freeing ? -ECANCELED : perch__table_insert(s->loop, s) != 0 ? -ENOMEM : 0;
+	int err = loop->freeing ? -ECANCELED
+		  : connecting_room(loop) != 0 || perch__table_insert(loop, s) != 0 ? -ENOMEM : 0;
 	if (err) {
-		perch_connect_fn cb = s->cx->on_connected;
-		void *arg = s->cx->connect_arg;
-		struct perch_loop *loop = s->loop;
+		perch_connect_fn cb = cx->on_connected;
+		void *arg = cx->connect_arg;
+		free(cx);
 		perch_conn_release(perch__sock_conn(s)); /* not in the table: closes fd, frees s */
 		cb(loop, NULL, err, arg);
 		return;
 	}
-	if (s->cx->adopted) {
+	PERCH_ASSERT(loop->connecting[s->slot] == NULL); /* cleared by the insert */
+	loop->connecting[s->slot] = cx;
+	if (cx->adopted) {
 		perch__loop_connected(s, 0); /* posted, so never from inside perch_conn_adopt */
 		return;
 	}
-	if (s->cx->connect_deadline_ms)
-		perch__timer_arm_at(&s->cx->connect_timer, s->cx->connect_deadline_ms, s->cx->connect_timeout_ms);
-	s->loop->be->connect(s);
+	if (cx->connect_deadline_ms)
+		perch__timer_arm_at(&cx->connect_timer, cx->connect_deadline_ms, cx->connect_timeout_ms);
+	loop->be->connect(s);
 }
 
 static void run_posted_connect(struct perch_loop *loop, struct perch__msg *m)
 {
-	connect_start(perch__container_of(m, struct perch__connecting, connect_msg)->s);
+	connect_start(perch__container_of(m, struct perch__connecting, connect_msg));
 }
 
 struct perch__connecting *perch__connecting_new(void)
@@ -78,7 +92,7 @@ struct perch__connecting *perch__connecting_new(void)
 	return calloc(1, sizeof(struct perch__connecting));
 }
 
-/* Gives s its connect's fields, ready to be posted. */
+/* Fills s's connect's fields, ready to be posted (or started). */
 static void connect_fill(struct perch__sock *s, struct perch__connecting *cx, perch_connect_fn on_connected,
 			 void *arg)
 {
@@ -87,7 +101,6 @@ static void connect_fill(struct perch__sock *s, struct perch__connecting *cx, pe
 	cx->connect_arg = arg;
 	perch_timer_init(&cx->connect_timer, s->loop, connect_timed_out, s); /* an adopted one's is never armed */
 	cx->connect_msg.run = run_posted_connect;
-	s->cx = cx;
 }
 
 /* Any thread: a socket of the address's family connecting to it, started (or posted) on the loop. */
@@ -114,7 +127,7 @@ static int connect_to(struct perch_loop *loop, const struct sockaddr_storage *ss
 	cx->connect_deadline_ms = o->connect_timeout_ms ? perch__now_ms() + o->connect_timeout_ms : 0;
 	connect_fill(s, cx, on_connected, arg);
 	if (perch__loop_is_current(loop))
-		connect_start(s);
+		connect_start(cx);
 	else
 		perch__inbox_push(loop, &cx->connect_msg);
 	return 0;

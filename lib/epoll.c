@@ -211,8 +211,9 @@ static void epoll_accept_pause(struct perch__sock *ls)
 static void epoll_connect(struct perch__sock *s)
 {
 	struct ep *e = ep_of(s->loop);
+	const struct perch__connecting *cx = perch__sock_cx(s);
 	int rc = set_nonblock(s->fd);
-	if (rc == 0 && connect(s->fd, (struct sockaddr *)&s->cx->addr, s->cx->addr_len) != 0 &&
+	if (rc == 0 && connect(s->fd, (struct sockaddr *)&cx->addr, cx->addr_len) != 0 &&
 	    errno != EINPROGRESS)
 		rc = -errno;
 	if (rc != 0) {

@@ -15,7 +15,7 @@
 static uint32_t interest(struct perch__sock *s)
 {
 	if (s->kind == PERCH__SOCK_LISTENER) /* level-triggered: a batch of accepts per turn, the rest next turn */
-		return s->lx->accept_paused ? 0 : EPOLLIN;
+		return perch__lx(s)->accept_paused ? 0 : EPOLLIN;
 	uint32_t ev = EPOLLET;
 	if (es_of(s)->flags & F_CONNECTING)
 		return ev | EPOLLOUT;

@@ -39,9 +39,10 @@ void perch__accept_resume(struct perch_loop *loop)
 	loop->accept_paused = NULL;
 	perch__timer_disarm(&loop->accept_retry);
 	while (ls) {
-		struct perch__sock *next = ls->lx->accept_paused_next;
-		ls->lx->accept_paused = false;
-		ls->lx->accept_paused_next = NULL;
+		struct perch__listening *lx = perch__lx(ls);
+		struct perch__sock *next = lx->accept_paused_next;
+		lx->accept_paused = false;
+		lx->accept_paused_next = NULL;
 		if (!ls->closing)
 			loop->be->accept(ls);
 		ls = next;
@@ -57,13 +58,14 @@ void perch__accept_retry_due(struct perch_timer *t, void *arg)
 static void pause_accepting(struct perch__sock *ls)
 {
 	struct perch_loop *loop = ls->loop;
-	if (ls->lx->accept_paused)
+	struct perch__listening *lx = perch__lx(ls);
+	if (lx->accept_paused)
 		return;
 	if (!loop->accept_paused)
 		perch__timer_arm_at(&loop->accept_retry, perch__now_ms() + PERCH__ACCEPT_RETRY_MS,
 				    PERCH__ACCEPT_RETRY_MS);
-	ls->lx->accept_paused = true;
-	ls->lx->accept_paused_next = loop->accept_paused;
+	lx->accept_paused = true;
+	lx->accept_paused_next = loop->accept_paused;
 	loop->accept_paused = ls;
 	loop->stats.accept_pauses++;
 	loop->be->accept_pause(ls);
@@ -74,8 +76,9 @@ static void pause_accepting(struct perch__sock *ls)
 /* What a log line calls a listener: its address ("127.0.0.1:8080", "unix:/run/x.sock"), or its port. */
 static const char *listener_name(const struct perch__sock *ls, char *buf, size_t size)
 {
-	if (perch_addr_format((const struct sockaddr *)&ls->lx->addr, ls->lx->addr_len, buf, size) < 0)
-		snprintf(buf, size, "port %d", ls->lx->port);
+	const struct perch__listening *lx = perch__lx(ls);
+	if (perch_addr_format((const struct sockaddr *)&lx->addr, lx->addr_len, buf, size) < 0)
+		snprintf(buf, size, "port %d", lx->port);
 	return buf;
 }
 
@@ -86,17 +89,18 @@ static const char *listener_name(const struct perch__sock *ls, char *buf, size_t
  */
 static void accept_failed(struct perch__sock *ls, int err)
 {
+	struct perch__listening *lx = perch__lx(ls);
 	ls->loop->stats.accept_errors++;
-	ls->lx->accept_unlogged++;
+	lx->accept_unlogged++;
 	bool pause = !accept_retry_at_once(err) && !ls->closing;
 	double now = perch__now_ms();
-	if (ls->lx->accept_logged_at_ms == 0 || now - ls->lx->accept_logged_at_ms >= PERCH__ACCEPT_LOG_MS) {
+	if (lx->accept_logged_at_ms == 0 || now - lx->accept_logged_at_ms >= PERCH__ACCEPT_LOG_MS) {
 		char name[PERCH_ADDR_FORMAT_MAX];
 		fprintf(stderr, "perch: accept on %s failed: %s (%u failed since the last line)%s\n",
-			listener_name(ls, name, sizeof(name)), strerror(-err), ls->lx->accept_unlogged,
+			listener_name(ls, name, sizeof(name)), strerror(-err), lx->accept_unlogged,
 			pause ? "; paused until a socket closes or 100 ms pass" : "");
-		ls->lx->accept_logged_at_ms = now;
-		ls->lx->accept_unlogged = 0;
+		lx->accept_logged_at_ms = now;
+		lx->accept_unlogged = 0;
 	}
 	if (pause)
 		pause_accepting(ls);
@@ -112,7 +116,8 @@ void perch__loop_accepted(struct perch__sock *ls, int fd)
 		close(fd);
 		return;
 	}
-	struct perch__sock *s = perch__conn_sock_new(ls->loop, fd, ls->family, &ls->lx->accept_opts, ls->opts);
+	struct perch__listening *lx = perch__lx(ls);
+	struct perch__sock *s = perch__conn_sock_new(ls->loop, fd, ls->family, &lx->accept_opts, ls->opts);
 	if (!s || perch__table_insert(ls->loop, s) != 0) {
 		if (s)
 			perch_conn_release(perch__sock_conn(s)); /* not in the table yet: closes fd inline */
@@ -124,7 +129,7 @@ void perch__loop_accepted(struct perch__sock *ls, int fd)
 	ls->loop->be->recv_arm(s);
 	struct perch_conn *c = perch__sock_conn(s);
 	perch__conn_ref(c); /* the callback's */
-	ls->lx->on_accept((struct perch_listener *)ls, c, ls->lx->accept_arg);
+	lx->on_accept((struct perch_listener *)ls, c, lx->accept_arg);
 }
 
 /* ================= listening ================= */
@@ -149,8 +154,9 @@ static int listener_insert(struct perch_loop *loop, struct perch__sock *ls)
  */
 static void run_posted_listen(struct perch_loop *loop, struct perch__msg *m)
 {
-	struct perch__sock *ls = perch__container_of(m, struct perch__listening, listen_msg)->s;
-	ls->lx->listen_pending = false;
+	struct perch__listening *lx = perch__container_of(m, struct perch__listening, listen_msg);
+	struct perch__sock *ls = lx->s;
+	lx->listen_pending = false;
 	if (ls->closing) {
 		/* Closed inside an earlier turn's callback, before this ran: perch__sock_start_close left it here. */
 		close(ls->fd);
@@ -162,10 +168,10 @@ static void run_posted_listen(struct perch_loop *loop, struct perch__msg *m)
 		char name[PERCH_ADDR_FORMAT_MAX];
 		fprintf(stderr, "perch: listener on %s dropped: %s\n", listener_name(ls, name, sizeof(name)),
 			rc == -ECANCELED ? "the loop is being freed" : "out of memory");
-		perch__store_u32(&ls->lx->dropped, 1); /* before the close: perch_listener_addr says -EBADF from here */
+		perch__store_u32(&lx->dropped, 1); /* before the close: perch_listener_addr says -EBADF from here */
 		close(ls->fd);
 		ls->fd = -1;
-		ls->lx->dropped_next = loop->dropped;
+		lx->dropped_next = loop->dropped;
 		loop->dropped = ls;
 	}
 }
@@ -213,12 +219,13 @@ static int tcp_listen_socket(const struct sockaddr_storage *ss, socklen_t len,
  */
 static int bound_address(int fd, struct perch__sock *ls)
 {
-	ls->lx->addr_len = sizeof(ls->lx->addr);
-	if (getsockname(fd, (struct sockaddr *)&ls->lx->addr, &ls->lx->addr_len) != 0)
+	struct perch__listening *lx = perch__lx(ls);
+	lx->addr_len = sizeof(lx->addr);
+	if (getsockname(fd, (struct sockaddr *)&lx->addr, &lx->addr_len) != 0)
 		return -errno;
-	const struct sockaddr_storage *a = &ls->lx->addr;
+	const struct sockaddr_storage *a = &lx->addr;
 	ls->family = (uint8_t)a->ss_family;
-	ls->lx->port = a->ss_family == AF_INET    ? ntohs(((const struct sockaddr_in *)a)->sin_port)
+	lx->port = a->ss_family == AF_INET    ? ntohs(((const struct sockaddr_in *)a)->sin_port)
 		   : a->ss_family == AF_INET6 ? ntohs(((const struct sockaddr_in6 *)a)->sin6_port)
 					      : 0;
 	return 0;
@@ -227,26 +234,24 @@ static int bound_address(int fd, struct perch__sock *ls)
 int perch__listener_start(struct perch_loop *loop, int fd, const struct perch_conn_opts *o,
 			  perch_accept_fn on_accept, void *arg, struct perch_listener **out)
 {
-	/* Its own fields after its backend state, in the one block its free releases. */
-	size_t lx_at = (sizeof(struct perch_listener) + loop->be->sock_size + _Alignof(struct perch__listening) - 1) &
-		       ~(_Alignof(struct perch__listening) - 1);
-	struct perch_listener *l = calloc(1, lx_at + sizeof(struct perch__listening));
+	/* Its own fields after its backend state (perch__lx), in the one block its free releases. */
+	struct perch_listener *l = calloc(1, perch__lx_offset(loop) + sizeof(struct perch__listening));
 	if (!l)
 		return -ENOMEM;
 	struct perch__sock *ls = &l->sk;
-	ls->lx = (struct perch__listening *)((char *)l + lx_at);
-	ls->lx->s = ls;
+	ls->loop = loop;
+	ls->kind = PERCH__SOCK_LISTENER;
+	struct perch__listening *lx = perch__lx(ls);
+	lx->s = ls;
 	int rc = bound_address(fd, ls);
 	if (rc != 0) {
 		free(l);
 		return rc;
 	}
-	ls->loop = loop;
-	ls->kind = PERCH__SOCK_LISTENER;
 	ls->fd = fd;
-	ls->lx->on_accept = on_accept;
-	ls->lx->accept_arg = arg;
-	ls->lx->accept_opts = *o;
+	lx->on_accept = on_accept;
+	lx->accept_arg = arg;
+	lx->accept_opts = *o;
 	ls->opts = perch__sock_opts_new(loop, o);
 	if (!ls->opts) {
 		free(l);
@@ -262,10 +267,10 @@ int perch__listener_start(struct perch_loop *loop, int fd, const struct perch_co
 		return 0;
 	}
 	/* Marked before *out is: a loop thread that sees l (through the caller's own handoff) sees it pending. */
-	ls->lx->listen_pending = true;
-	ls->lx->listen_msg.run = run_posted_listen;
+	lx->listen_pending = true;
+	lx->listen_msg.run = run_posted_listen;
 	*out = l;
-	perch__inbox_push(loop, &ls->lx->listen_msg);
+	perch__inbox_push(loop, &lx->listen_msg);
 	return 0;
 }
 
@@ -298,7 +303,7 @@ int perch_listen(struct perch_loop *loop, const char *host, int port,
 
 int perch_listener_port(const struct perch_listener *l)
 {
-	return l ? l->sk.lx->port : -EINVAL;
+	return l ? perch__lx(&l->sk)->port : -EINVAL;
 }
 
 static void run_posted_listener_close(struct perch_loop *loop, struct perch__msg *m)

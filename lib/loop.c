@@ -272,7 +272,7 @@ static void free_dropped(struct perch_loop *loop)
 {
 	while (loop->dropped) {
 		struct perch__sock *ls = loop->dropped;
-		loop->dropped = ls->lx->dropped_next;
+		loop->dropped = perch__lx(ls)->dropped_next;
 		perch__listener_free(ls);
 	}
 }
@@ -303,6 +303,7 @@ void perch_loop_free(struct perch_loop *loop)
 	free(loop->gens);
 	free(loop->free_slots);
 	free(loop->park_next);
+	free(loop->connecting);
 	perch__sock_opts_unref(loop->default_opts); /* connections still held keep theirs */
 	free(loop);
 }

@@ -38,6 +38,12 @@ static int table_grow(struct perch_loop *loop)
 	if (!park_next)
 		return -ENOMEM;
 	loop->park_next = park_next;
+	if (loop->connecting) {
+		struct perch__connecting **connecting = realloc(loop->connecting, cap * sizeof(*connecting));
+		if (!connecting)
+			return -ENOMEM;
+		loop->connecting = connecting;
+	}
 	/* Pushed high to low so the lowest slots are used first. */
 	for (uint32_t i = cap; i > loop->cap; i--) {
 		table[i - 1] = NULL;
@@ -55,6 +61,8 @@ int perch__table_insert(struct perch_loop *loop, struct perch__sock *s)
 	uint32_t slot = loop->free_slots[--loop->nfree];
 	PERCH_ASSERT(!s->in_table && loop->table[slot] == NULL);
 	loop->table[slot] = s;
+	if (loop->connecting)
+		loop->connecting[slot] = NULL; /* what a connect kept here is its own only while it holds the slot */
 	s->slot = slot;
 	s->gen = loop->gens[slot];
 	s->in_table = true;
@@ -255,9 +263,9 @@ void perch__sock_set_nodelay(const struct perch__sock *s)
 /* Takes a listener off loop->dropped, if it was never inserted. */
 static void undrop(struct perch_loop *loop, struct perch__sock *ls)
 {
-	for (struct perch__sock **p = &loop->dropped; *p; p = &(*p)->lx->dropped_next) {
+	for (struct perch__sock **p = &loop->dropped; *p; p = &(perch__lx(*p))->dropped_next) {
 		if (*p == ls) {
-			*p = ls->lx->dropped_next;
+			*p = perch__lx(ls)->dropped_next;
 			return;
 		}
 	}
@@ -273,7 +281,7 @@ void perch__sock_start_close(struct perch__sock *s)
 		return;
 	}
 	/* Its posted insert has not run yet, and frees it when it does (its message is still queued). */
-	if (s->kind == PERCH__SOCK_LISTENER && s->lx->listen_pending)
+	if (s->kind == PERCH__SOCK_LISTENER && perch__lx(s)->listen_pending)
 		return;
 	/* Never reached the backend: nothing in flight (a listener dropped for want of memory has no fd). */
 	if (s->fd >= 0)
@@ -316,8 +324,12 @@ void perch__loop_abandon_all(struct perch_loop *loop, void (*settle)(struct perc
 void perch__loop_sock_closed(struct perch__sock *s)
 {
 	PERCH_ASSERT(s->closing); /* a backend finalizes only what the loop closed */
-	if (s->kind == PERCH__SOCK_CONN && s->cx)
-		perch__timer_disarm(&s->cx->connect_timer); /* the connect was answered first; never left for a freed socket */
+	struct perch__connecting *cx = perch__sock_cx(s);
+	if (cx) {
+		/* Answered with a failure (or never): nothing of the kernel's reads its address now. */
+		perch__timer_disarm(&cx->connect_timer);
+		free(cx); /* the slot's next socket finds none: perch__table_insert */
+	}
 	table_remove(s->loop, s);
 	/*
 	 * Its fd is closed: a listener paused for want of one may have it. This
@@ -398,8 +410,7 @@ static void op_abort(struct perch_conn *c)
 static void op_destroy(struct perch_conn *c)
 {
 	struct perch__sock *s = c->transport;
-	free(s->cx); /* a connect that failed, or never started; the socket goes with the conn's block */
-	perch__sock_opts_unref(s->opts);
+	perch__sock_opts_unref(s->opts); /* the socket goes with the conn's block */
 }
 
 /*

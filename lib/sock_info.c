@@ -96,9 +96,10 @@ int perch_listener_addr(const struct perch_listener *l, struct sockaddr_storage 
 	if (!l || !ss || !len)
 		return -EINVAL;
 	/* A queued insert that failed closed the fd (doc/loop.md, "A listen out of memory"). */
-	if (perch__load_u32(&l->sk.lx->dropped))
+	const struct perch__listening *lx = perch__lx(&l->sk);
+	if (perch__load_u32(&lx->dropped))
 		return -EBADF;
-	*ss = l->sk.lx->addr;
-	*len = l->sk.lx->addr_len;
+	*ss = lx->addr;
+	*len = lx->addr_len;
 	return 0;
 }

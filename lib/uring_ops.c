@@ -192,7 +192,8 @@ void perch__uring_connect(struct perch__sock *s)
 	struct io_uring_sqe *sqe = perch__uring_sqe_get(u);
 	if (!sqe)
 		return;
-	io_uring_prep_connect(sqe, s->fd, (struct sockaddr *)&s->cx->addr, s->cx->addr_len);
+	const struct perch__connecting *cx = perch__sock_cx(s);
+	io_uring_prep_connect(sqe, s->fd, (struct sockaddr *)&cx->addr, cx->addr_len);
 	io_uring_sqe_set_data64(sqe, UD(OP_CONNECT, s));
 	us_of(s)->flags |= F_CONNECT;
 	us_of(s)->inflight++;
@@ -395,7 +396,7 @@ void perch__uring_on_accept(struct perch__sock *s, int res, bool last)
 		us_of(s)->flags &= ~F_ACCEPT;
 	if (res != -ECANCELED)
 		perch__loop_accepted(s, res);
-	if (last && !s->closing && !s->lx->accept_paused)
+	if (last && !s->closing && !perch__lx(s)->accept_paused)
 		perch__uring_accept(s);
 }
 

@@ -606,7 +606,7 @@ static inline void lu_paused_setup(void *arg)
 	if (p->as_ended)
 		p->as_ended(p->paused);
 	perch__loop_accepted(&p->paused->sk, -EMFILE);
-	assert_true(p->paused->sk.lx->accept_paused);
+	assert_true(perch__lx(&p->paused->sk)->accept_paused);
 	assert_true(p->paused->sk.slot > p->first->sk.slot);
 	perch_loop_stop(p->loop);
 }

@@ -2412,6 +2412,72 @@ static void connect_to_a_closed_port_reports_the_error_once(void **state)
 	close(held);
 }
 
+/* What the loop's table says of the sockets under conns: whether any has a connect's fields by its slot. */
+struct slot_probe {
+	struct perch_loop *loop;
+	struct perch_conn **c;
+	uint32_t n, live, first_slot, cap, with_fields;
+};
+
+static void probe_slots(void *arg)
+{
+	struct slot_probe *p = arg;
+	p->live = p->loop->live;
+	p->cap = p->loop->cap;
+	p->with_fields = 0;
+	for (uint32_t i = 0; i < p->n; i++)
+		p->with_fields += perch__sock_cx(perch__conn_sock(p->c[i])) != NULL;
+	if (p->n)
+		p->first_slot = perch__conn_sock(p->c[0])->slot;
+}
+
+/*
+ * A connect keeps its fields by its socket's slot, in an array the loop
+ * makes at the first connect. A refused one's slot is taken next by an
+ * accepted connection, and seventy more make the table (and the array)
+ * grow: none of them may find a connect's fields by its slot.
+ */
+static void a_connects_slot_holds_nothing_for_the_sockets_after_it(void **state)
+{
+	enum { N = 70 };
+	struct lu_loop l;
+	assert_int_equal(lu_start(&l, NULL), 0);
+	struct many_accepts k = { .n = 0 };
+	struct perch_listener *ls;
+	assert_int_equal(test_listen(l.loop, NULL, many_accept, &k, &ls), 0);
+	int port;
+	int held = loopback_bound_socket(&port);
+	struct lu_connect r = { .c = NULL };
+	sem_init(&r.done, 0, 0);
+	assert_int_equal(perch_connect(l.loop, "127.0.0.1", port, NULL, lu_connected, &r), 0);
+	assert_int_equal(lu_sem_wait(&r.done, LU_TIMEOUT_MS), 0);
+	assert_int_equal(r.result, -ECONNREFUSED);
+	struct slot_probe p = { .loop = l.loop, .c = k.c };
+	double deadline = lu_now_ms() + LU_TIMEOUT_MS;
+	do /* the refused socket leaves the table once its close completes */
+		assert_int_equal(lu_on_loop(&l, probe_slots, &p), 0);
+	while (p.live > 1 && lu_now_ms() < deadline);
+	assert_int_equal(p.live, 1);
+	int fds[N];
+	for (int i = 0; i < N; i++) {
+		fds[i] = lu_plain_connect_to(ls);
+		assert_true(fds[i] >= 0 && wait_u32(&k.n, (uint32_t)i + 1));
+	}
+	p.n = N;
+	assert_int_equal(lu_on_loop(&l, probe_slots, &p), 0);
+	assert_int_equal(p.first_slot, 1); /* the refused connect's, the listener having 0 */
+	assert_true(p.cap > 64);           /* the table grew past its first 64 slots */
+	assert_int_equal(p.with_fields, 0);
+	for (int i = 0; i < N; i++) {
+		perch_conn_release(k.c[i]);
+		close(fds[i]);
+	}
+	assert_int_equal(perch_listener_close(ls), 0);
+	assert_int_equal(lu_stop(&l), 0);
+	sem_destroy(&r.done);
+	close(held);
+}
+
 /* Whether the socket under a conn has TCP_NODELAY set; -1 when it cannot be read. */
 static int conn_nodelay(struct perch_conn *c)
 {
@@ -3301,6 +3367,7 @@ int main(void)
 		cmocka_unit_test(a_reset_waiting_behind_a_parked_recv_still_surfaces_after_the_bytes),
 		cmocka_unit_test(posts_from_two_threads_run_once_each_in_posting_order),
 		cmocka_unit_test(connect_to_a_closed_port_reports_the_error_once),
+		cmocka_unit_test(a_connects_slot_holds_nothing_for_the_sockets_after_it),
 		cmocka_unit_test(nagle_option_decides_tcp_nodelay_of_accepted_and_connected_conns),
 		cmocka_unit_test(a_connect_that_gets_no_answer_times_out_once_and_its_socket_is_closed),
 		cmocka_unit_test(a_shorter_connect_timeout_behind_a_longer_one_fires_first),
