@@ -69,19 +69,23 @@ static bool something_listens_on(int port)
 	return ok;
 }
 
-/* A perch_listen made inside one of the loop's turns (posted), its table's growth failed if fail_table. */
+/*
+ * A perch_listen made inside one of the loop's turns (posted), the
+ * fail_at-th realloc of its table's growth failed (0: none fails).
+ */
 struct listen_call {
 	struct perch_loop *loop;
 	struct perch_listener *l;
-	int rc;
-	bool fail_table, ran;
+	int rc, fail_at, unspent; /* unspent: fail_at's count left (0 once the failure happened) */
+	bool ran;
 };
 
 static void listen_on_the_loop(void *arg)
 {
 	struct listen_call *call = arg;
-	realloc_fails_in = call->fail_table ? 1 : 0;
+	realloc_fails_in = call->fail_at;
 	call->rc = perch_listen(call->loop, "127.0.0.1", 0, NULL, never_called, NULL, &call->l);
+	call->unspent = realloc_fails_in;
 	realloc_fails_in = 0;
 	call->ran = true;
 }
@@ -97,14 +101,14 @@ static void a_listen_inside_a_turn_without_room_returns_enomem(void **state)
 	(void)state;
 	struct perch_loop *loop = new_loop();
 	int fds = open_fds();
-	struct listen_call call = { .loop = loop, .fail_table = true };
+	struct listen_call call = { .loop = loop, .fail_at = 1 };
 	assert_int_equal(perch_loop_post(loop, listen_on_the_loop, &call), 0);
 	assert_true(perch_loop_run_once(loop, 0) >= 0);
 	assert_int_equal(call.rc, -ENOMEM);
 	assert_null(call.l);
 	assert_int_equal(open_fds(), fds);
 
-	call.fail_table = false;
+	call.fail_at = 0;
 	assert_int_equal(perch_loop_post(loop, listen_on_the_loop, &call), 0);
 	assert_true(perch_loop_run_once(loop, 0) >= 0);
 	assert_int_equal(call.rc, 0);
@@ -113,6 +117,35 @@ static void a_listen_inside_a_turn_without_room_returns_enomem(void **state)
 	assert_int_equal(perch_listener_close(call.l), 0);
 	assert_true(perch_loop_run_once(loop, 0) >= 0);
 	perch_loop_free(loop);
+}
+
+/*
+ * The table grows its arrays one realloc at a time (the slots, their
+ * generations, the free list, the park list's links): whichever fails,
+ * the listen is -ENOMEM and the table stays as it was, and the next
+ * listen, with memory, grows it whole and works.
+ */
+static void a_table_growth_failing_at_any_of_its_arrays_leaves_the_table_whole(void **state)
+{
+	(void)state;
+	for (int at = 1; at <= 4; at++) {
+		struct perch_loop *loop = new_loop();
+		struct listen_call call = { .loop = loop, .fail_at = at };
+		assert_int_equal(perch_loop_post(loop, listen_on_the_loop, &call), 0);
+		assert_true(perch_loop_run_once(loop, 0) >= 0);
+		assert_int_equal(call.unspent, 0); /* the at-th realloc came, in the table's growth */
+		assert_int_equal(call.rc, -ENOMEM);
+		assert_int_equal(loop->cap, 0);
+		call.fail_at = 0;
+		assert_int_equal(perch_loop_post(loop, listen_on_the_loop, &call), 0);
+		assert_true(perch_loop_run_once(loop, 0) >= 0);
+		assert_int_equal(call.rc, 0);
+		assert_true(loop->cap > 0 && loop->park_next != NULL);
+		assert_true(something_listens_on(perch_listener_port(call.l)));
+		assert_int_equal(perch_listener_close(call.l), 0);
+		assert_true(perch_loop_run_once(loop, 0) >= 0);
+		perch_loop_free(loop);
+	}
 }
 
 /*
@@ -252,6 +285,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(a_listen_inside_a_turn_without_room_returns_enomem),
+		cmocka_unit_test(a_table_growth_failing_at_any_of_its_arrays_leaves_the_table_whole),
 		cmocka_unit_test(a_queued_listen_without_room_stays_the_callers_to_close),
 		cmocka_unit_test(a_dropped_listener_never_closed_is_freed_with_the_loop),
 		cmocka_unit_test(a_listen_queued_before_the_loops_free_is_freed_with_it),
