@@ -1,4 +1,4 @@
-/* tests/test_listen_out_of_memory.c: a listen the loop's table has no room for fails cleanly, on io_uring and on epoll. */
+/* tests/test_listen_out_of_memory.c: a listen (or a first connect) the loop's table has no room for fails cleanly, on io_uring and on epoll. */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -28,6 +28,23 @@ void *__wrap_realloc(void *p, size_t size)
 	if (realloc_fails_in > 0 && --realloc_fails_in == 0)
 		return NULL;
 	return __real_realloc(p, size);
+}
+
+/*
+ * And -Wl,--wrap=calloc: armed with a size, the next calloc of that many
+ * bytes in all fails. The loop makes its connects' slot array (8 B a
+ * slot) by calloc at its first connect.
+ */
+void *__real_calloc(size_t n, size_t size);
+static size_t calloc_fails_for;
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+	if (calloc_fails_for && n * size == calloc_fails_for) {
+		calloc_fails_for = 0;
+		return NULL;
+	}
+	return __real_calloc(n, size);
 }
 
 static enum perch_backend backend;
@@ -146,6 +163,75 @@ static void a_table_growth_failing_at_any_of_its_arrays_leaves_the_table_whole(v
 		assert_true(perch_loop_run_once(loop, 0) >= 0);
 		perch_loop_free(loop);
 	}
+}
+
+struct connect_seen {
+	struct perch_conn *c;
+	int result, calls;
+};
+
+static void connect_seen(struct perch_loop *loop, struct perch_conn *c, int result, void *arg)
+{
+	struct connect_seen *k = arg;
+	k->c = c;
+	k->result = result;
+	k->calls++;
+}
+
+/* A kernel listener nothing accepts from: a connect to it completes. */
+static int plain_listener(int *port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t len = sizeof(sa);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(fd, 8), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+	*port = ntohs(sa.sin_port);
+	return fd;
+}
+
+/*
+ * The loop's first connect makes its connects' slot array. Without the
+ * memory for it the connect is reported -ENOMEM, its socket closed, and
+ * the next connect, with memory, makes it and connects.
+ */
+static void a_first_connect_without_memory_for_the_slot_array_reports_enomem(void **state)
+{
+	(void)state;
+	struct perch_loop *loop = new_loop();
+	struct listen_call call = { .loop = loop };
+	assert_int_equal(perch_loop_post(loop, listen_on_the_loop, &call), 0);
+	assert_true(perch_loop_run_once(loop, 0) >= 0);
+	assert_int_equal(call.rc, 0);
+	assert_true(loop->cap > 0 && loop->connecting == NULL);
+	int port, lfd = plain_listener(&port);
+	int fds = open_fds();
+	struct connect_seen k = { .result = 1 };
+	calloc_fails_for = loop->cap * sizeof(*loop->connecting);
+	assert_int_equal(perch_connect(loop, "127.0.0.1", port, NULL, connect_seen, &k), 0);
+	assert_true(perch_loop_run_once(loop, 0) >= 0); /* the posted connect starts here */
+	assert_int_equal(calloc_fails_for, 0);
+	assert_int_equal(k.calls, 1);
+	assert_int_equal(k.result, -ENOMEM);
+	assert_null(k.c);
+	assert_null(loop->connecting);
+	assert_int_equal(open_fds(), fds);
+	k = (struct connect_seen){ .result = 1 };
+	assert_int_equal(perch_connect(loop, "127.0.0.1", port, NULL, connect_seen, &k), 0);
+	for (int i = 0; i < 1000 && k.calls == 0; i++)
+		assert_true(perch_loop_run_once(loop, 10) >= 0);
+	assert_int_equal(k.calls, 1);
+	assert_int_equal(k.result, 0);
+	assert_non_null(loop->connecting);
+	perch_conn_release(k.c);
+	assert_int_equal(perch_listener_close(call.l), 0);
+	for (int i = 0; i < 10; i++)
+		assert_true(perch_loop_run_once(loop, 0) >= 0);
+	perch_loop_free(loop);
+	close(lfd);
 }
 
 /*
@@ -286,6 +372,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(a_listen_inside_a_turn_without_room_returns_enomem),
 		cmocka_unit_test(a_table_growth_failing_at_any_of_its_arrays_leaves_the_table_whole),
+		cmocka_unit_test(a_first_connect_without_memory_for_the_slot_array_reports_enomem),
 		cmocka_unit_test(a_queued_listen_without_room_stays_the_callers_to_close),
 		cmocka_unit_test(a_dropped_listener_never_closed_is_freed_with_the_loop),
 		cmocka_unit_test(a_listen_queued_before_the_loops_free_is_freed_with_it),
