@@ -133,6 +133,9 @@ struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd, sa_fam
 					 const struct perch_conn_opts *opts, struct perch__sock_opts *shared);
 /* Any thread: a record of o (resolved) for sockets of `loop`, its one reference the caller's; NULL: out of memory. */
 struct perch__sock_opts *perch__sock_opts_new(const struct perch_loop *loop, const struct perch_conn_opts *o);
+/* Any thread: a reference to the record for o (resolved): `shared` (made for o), the loop's defaults when o is those, else a new one; NULL: out of memory. */
+struct perch__sock_opts *perch__sock_opts_for(struct perch_loop *loop, const struct perch_conn_opts *o,
+					       struct perch__sock_opts *shared);
 /* Any thread: drops a reference (NULL: none); the last frees the record. */
 void perch__sock_opts_unref(struct perch__sock_opts *r);
 /* Frees a listener's block, and its reference on its opts. */
