@@ -13,6 +13,7 @@
 
 #include "backend.h" /* a listener's fd, to check nothing closes it twice */
 #include "both_backends.h"
+#include "loop_util.h"
 
 /*
  * Fault injection: the program links with -Wl,--wrap=realloc, so every
@@ -178,21 +179,6 @@ static void connect_seen(struct perch_loop *loop, struct perch_conn *c, int resu
 	k->calls++;
 }
 
-/* A kernel listener nothing accepts from: a connect to it completes. */
-static int plain_listener(int *port)
-{
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in sa = { .sin_family = AF_INET };
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	socklen_t len = sizeof(sa);
-	assert_true(fd >= 0);
-	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(listen(fd, 8), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-	*port = ntohs(sa.sin_port);
-	return fd;
-}
-
 /*
  * The loop's first connect makes its connects' slot array. Without the
  * memory for it the connect is reported -ENOMEM, its socket closed, and
@@ -207,7 +193,8 @@ static void a_first_connect_without_memory_for_the_slot_array_reports_enomem(voi
 	assert_true(perch_loop_run_once(loop, 0) >= 0);
 	assert_int_equal(call.rc, 0);
 	assert_true(loop->cap > 0 && loop->connecting == NULL);
-	int port, lfd = plain_listener(&port);
+	int port, lfd = lu_plain_listener(8, &port);
+	assert_true(lfd >= 0);
 	int fds = open_fds();
 	struct connect_seen k = { .result = 1 };
 	calloc_fails_for = loop->cap * sizeof(*loop->connecting);

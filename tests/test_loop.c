@@ -1782,6 +1782,17 @@ static bool wait_rx(struct perch_conn *c, uint64_t want, int ms)
 	return false;
 }
 
+/* On a loop of one buffer: a listener, and H (accepted as k->c[0]) holding the buffer. Returns H's fd. */
+static int hold_the_only_buffer(struct lu_loop *l, struct many_accepts *k, struct perch_listener **ls)
+{
+	assert_int_equal(test_listen(l->loop, NULL, many_accept, k, ls), 0);
+	int h = lu_plain_connect_to(*ls);
+	assert_true(h >= 0 && wait_u32(&k->n, 1));
+	assert_int_equal(write(h, "h", 1), 1);
+	assert_true(wait_rx(k->c[0], 1, LU_TIMEOUT_MS)); /* H holds the only buffer */
+	return h;
+}
+
 /*
  * One buffer in the ring. H takes it and holds it (nothing reads H). F
  * sends only a FIN and parks (ENOBUFS); D sends one byte and parks behind
@@ -1795,11 +1806,7 @@ static void parked_connection_is_served_when_the_one_before_it_takes_no_buffer(b
 	struct many_accepts k = { .n = 0 };
 	struct perch_listener *ls;
 	assert_int_equal(lu_start(&l, &one), 0);
-	assert_int_equal(test_listen(l.loop, NULL, many_accept, &k, &ls), 0);
-	int h = lu_plain_connect_to(ls);
-	assert_true(h >= 0 && wait_u32(&k.n, 1));
-	assert_int_equal(write(h, "h", 1), 1);
-	assert_true(wait_rx(k.c[0], 1, LU_TIMEOUT_MS)); /* H holds the only buffer */
+	int h = hold_the_only_buffer(&l, &k, &ls);
 	int f = lu_plain_connect_to(ls);
 	assert_true(f >= 0 && wait_u32(&k.n, 2));
 	uint32_t parks = 0;
@@ -1879,11 +1886,7 @@ static void a_loop_freed_off_its_thread_with_a_connection_parked_lets_it_go(void
 	assert_int_equal(pthread_create(&l.th, NULL, run_only, &l), 0);
 	struct many_accepts k = { .n = 0 };
 	struct perch_listener *ls;
-	assert_int_equal(test_listen(l.loop, NULL, many_accept, &k, &ls), 0);
-	int h = lu_plain_connect_to(ls);
-	assert_true(h >= 0 && wait_u32(&k.n, 1));
-	assert_int_equal(write(h, "h", 1), 1);
-	assert_true(wait_rx(k.c[0], 1, LU_TIMEOUT_MS)); /* H holds the only buffer */
+	int h = hold_the_only_buffer(&l, &k, &ls);
 	int d = lu_plain_connect_to(ls);
 	assert_true(d >= 0 && wait_u32(&k.n, 2));
 	assert_int_equal(write(d, "d", 1), 1);
