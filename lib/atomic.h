@@ -58,6 +58,7 @@
 #define PERCH__A_XCHG(p, v)     __atomic_exchange_n((p), (v), __ATOMIC_SEQ_CST)
 #define PERCH__A_FAA(p, v)      __atomic_fetch_add((p), (v), __ATOMIC_SEQ_CST)
 #define PERCH__A_FOR(p, v)      __atomic_fetch_or((p), (v), __ATOMIC_SEQ_CST)
+#define PERCH__A_FAND(p, v)     __atomic_fetch_and((p), (v), __ATOMIC_SEQ_CST)
 #define PERCH__A_CAS(p, o, n)   ({ __typeof__(*(p)) o_ = (o); \
 	__atomic_compare_exchange_n((p), &o_, (n), false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); })
 
@@ -78,8 +79,9 @@ static inline uint32_t perch__xchg_u32(uint32_t *p, uint32_t v) { return PERCH__
 static inline uint32_t perch__faa_u32(uint32_t *p, uint32_t v) { return PERCH__A_FAA(p, v); }
 static inline uint32_t perch__for_u32(uint32_t *p, uint32_t v) { return PERCH__A_FOR(p, v); }
 
-static inline void perch__store_u8(uint8_t *p, uint8_t v) { PERCH__A_STORE(p, v); }
-static inline uint8_t perch__xchg_u8(uint8_t *p, uint8_t v) { return PERCH__A_XCHG(p, v); }
+static inline uint8_t perch__load_u8(const uint8_t *p) { return PERCH__A_LOAD(p); }
+static inline uint8_t perch__for_u8(uint8_t *p, uint8_t v) { return PERCH__A_FOR(p, v); }
+static inline uint8_t perch__fand_u8(uint8_t *p, uint8_t v) { return PERCH__A_FAND(p, v); }
 
 static inline uint64_t perch__load_u64(const uint64_t *p) { return PERCH__A_LOAD(p); }
 static inline void perch__store_u64(uint64_t *p, uint64_t v) { PERCH__A_STORE(p, v); }
@@ -152,12 +154,26 @@ static inline uint32_t perch__for_u32(uint32_t *p, uint32_t v)
 	return o;
 }
 
-static inline void perch__store_u8(uint8_t *p, uint8_t v)
+static inline uint8_t perch__load_u8(const uint8_t *p)
 {
-	ck_pr_fence_release();
-	ck_pr_store_8(p, v);
+	uint8_t v = ck_pr_load_8(p);
+	ck_pr_fence_acquire();
+	return v;
 }
-static inline uint8_t perch__xchg_u8(uint8_t *p, uint8_t v) { return ck_pr_fas_8(p, v); }
+static inline uint8_t perch__for_u8(uint8_t *p, uint8_t v)
+{
+	uint8_t o = ck_pr_load_8(p);
+	while (!ck_pr_cas_8_value(p, o, (uint8_t)(o | v), &o))
+		ck_pr_stall();
+	return o;
+}
+static inline uint8_t perch__fand_u8(uint8_t *p, uint8_t v)
+{
+	uint8_t o = ck_pr_load_8(p);
+	while (!ck_pr_cas_8_value(p, o, (uint8_t)(o & v), &o))
+		ck_pr_stall();
+	return o;
+}
 
 static inline uint64_t perch__load_u64(const uint64_t *p)
 {
@@ -240,8 +256,9 @@ void perch__sched_futex_wake(uint32_t *addr, const char *where);
 #define perch__xchg_u32(...) PERCH__SCHED(perch__xchg_u32, __VA_ARGS__)
 #define perch__faa_u32(...) PERCH__SCHED(perch__faa_u32, __VA_ARGS__)
 #define perch__for_u32(...) PERCH__SCHED(perch__for_u32, __VA_ARGS__)
-#define perch__store_u8(...) PERCH__SCHED(perch__store_u8, __VA_ARGS__)
-#define perch__xchg_u8(...) PERCH__SCHED(perch__xchg_u8, __VA_ARGS__)
+#define perch__load_u8(...) PERCH__SCHED(perch__load_u8, __VA_ARGS__)
+#define perch__for_u8(...) PERCH__SCHED(perch__for_u8, __VA_ARGS__)
+#define perch__fand_u8(...) PERCH__SCHED(perch__fand_u8, __VA_ARGS__)
 #define perch__load_u64(...) PERCH__SCHED(perch__load_u64, __VA_ARGS__)
 #define perch__store_u64(...) PERCH__SCHED(perch__store_u64, __VA_ARGS__)
 #define perch__faa_u64(...) PERCH__SCHED(perch__faa_u64, __VA_ARGS__)

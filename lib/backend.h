@@ -72,6 +72,7 @@ struct perch__listening {
 	double accept_logged_at_ms;  /* when that line was written (0: never) */
 	struct perch__sock *accept_paused_next;
 	struct perch__msg listen_msg;
+	struct perch__msg close_msg; /* perch_listener_close from another thread */
 	bool listen_pending;         /* its insert is posted and has not run: a close leaves the free to it */
 	struct perch__sock *dropped_next; /* on loop->dropped: never inserted */
 	uint32_t dropped;            /* atomic: its insert failed and its fd is closed (perch_listener_addr reads it) */
@@ -108,7 +109,7 @@ struct perch__sock {
 	bool tx_lends;               /* tx_chain holds a received segment a forward lent: never zero-copy */
 	uint8_t recv_mode;           /* a connection's perch_conn_opts.recv_mode (enum perch_recv_mode) */
 	bool nagle;                  /* a connection's perch_conn_opts.nagle */
-	uint8_t lingering;           /* atomic: perch_conn_close_lingering took it (a second call is -EALREADY) */
+	uint8_t posted;              /* atomic: PERCH__POSTED_* calls waiting in msg, and PERCH__LINGERING */
 	uint32_t tx_off;             /* bytes of tx_cur already sent */
 
 	/* ---- connections (a listener's opts are those it gives what it accepts) ---- */
@@ -121,9 +122,8 @@ struct perch__sock {
 	bool parked;                 /* on the loop's list of those waiting for a receive buffer (perch__park) */
 	struct perch__txbuf *tx_chain; /* the chain being sent (one send in flight) */
 	struct perch__txbuf *tx_cur;   /* first buffer with unsent bytes */
-	struct perch__msg send_msg;  /* ops->send, or the one ops->shutdown, from another thread */
-	struct perch__txbuf *posted_chain;
-	struct perch__msg close_msg; /* ops->close from another thread */
+	struct perch__msg msg;       /* a connection's: its calls from other threads, all in one (perch__sock_post) */
+	struct perch__txbuf *posted_chain; /* a posted send's */
 	/*
 	 * A socket is a connection or a listener for life (kind). What only a
 	 * connect or a listener needs lives apart, found without a pointer: a
@@ -287,6 +287,8 @@ struct perch_loop {
 	struct {
 		uint64_t enobufs_parks;   /* recvs parked for want of buffers */
 		uint64_t own_receives;    /* recvs into the connection's own memory: its peer ended while it was parked */
+		uint64_t posted_together; /* runs of a connection's posted calls that took more than one (loop thread; not public) */
+		uint64_t posted_during_run; /* runs holding a call's reference that end with a call posted (loop thread; not public) */
 		uint64_t zerocopy_available; /* io_uring: 1 when the kernel has zero-copy sends (probed once) */
 		uint64_t zerocopy_sends;  /* io_uring: sends submitted zero-copy (SEND_ZC, SENDMSG_ZC) */
 		uint64_t zerocopy_notifs; /* io_uring: their notifications: the kernel let go of the bytes */
@@ -315,6 +317,21 @@ struct perch_loop {
 		uint64_t interest_changes; /* epoll: EPOLL_CTL_MOD calls (yields included) */
 	} stats;
 };
+
+/*
+ * A connection's calls made on another thread than its loop's ride one
+ * message: the first posted since the message last ran pushes it, later
+ * ones set their bit in `posted` and ride it, and its run takes every bit
+ * at once and makes the calls in this order (a send before the end that
+ * follows it). The core makes each at most once at a time (one send in
+ * flight; shutdown, and close or abort, once a connection).
+ */
+#define PERCH__POSTED_SEND     1u
+#define PERCH__POSTED_SHUTDOWN 2u
+#define PERCH__POSTED_CLOSE    4u
+#define PERCH__POSTED_ABORT    8u
+#define PERCH__POSTED          0x0fu
+#define PERCH__LINGERING       0x10u  /* perch_conn_close_lingering took the connection (a second call is -EALREADY) */
 
 /* Where a listener's own fields start in its block: after its socket and the backend's state. */
 static inline size_t perch__lx_offset(const struct perch_loop *loop)

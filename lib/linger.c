@@ -161,14 +161,14 @@ int perch_conn_close_lingering(struct perch_conn *c, const struct perch_linger_o
 	struct lingering *lg = calloc(1, sizeof(*lg));
 	if (!lg)
 		return -ENOMEM;
-	if (perch__xchg_u8(&s->lingering, 1) != 0) {
+	if (perch__for_u8(&s->posted, PERCH__LINGERING) & PERCH__LINGERING) {
 		free(lg);
 		return -EALREADY;
 	}
 	/* Shut first: -EBUSY (staged bytes, a flush out) or -EPIPE leaves everything as it was. */
 	int rc = perch_conn_shutdown(c);
 	if (rc != 0) {
-		perch__store_u8(&s->lingering, 0);
+		perch__fand_u8(&s->posted, (uint8_t)~PERCH__LINGERING);
 		free(lg);
 		return rc;
 	}

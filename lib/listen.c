@@ -308,7 +308,7 @@ int perch_listener_port(const struct perch_listener *l)
 
 static void run_posted_listener_close(struct perch_loop *loop, struct perch__msg *m)
 {
-	perch__sock_start_close(perch__container_of(m, struct perch__sock, close_msg));
+	perch__sock_start_close(perch__container_of(m, struct perch__listening, close_msg)->s);
 }
 
 int perch_listener_close(struct perch_listener *l)
@@ -320,8 +320,9 @@ int perch_listener_close(struct perch_listener *l)
 		perch__sock_start_close(ls);
 		return 0;
 	}
-	ls->close_msg.run = run_posted_listener_close;
-	perch__inbox_push(ls->loop, &ls->close_msg);
+	struct perch__listening *lx = perch__lx(ls);
+	lx->close_msg.run = run_posted_listener_close;
+	perch__inbox_push(ls->loop, &lx->close_msg);
 	return 0;
 }
 

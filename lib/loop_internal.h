@@ -154,6 +154,10 @@ void perch__op_release_seg(struct perch_seg *seg);
 struct perch_seg *perch__op_tail_seg(struct perch_seg *first, size_t len);
 /* Any thread: hands a staged chain to the loop to send (lib/send.c). */
 void perch__op_send(struct perch_conn *c, struct perch__txbuf *chain);
+/* Loop thread: starts sending chain (c is passed apart from perch__sock_conn(s): after a close the socket may be finalized). */
+void perch__send_start(struct perch__sock *s, struct perch_conn *c, struct perch__txbuf *chain);
+/* Any thread: posts a connection's call (a PERCH__POSTED_* bit) to its loop, riding a message already pushed. */
+void perch__sock_post(struct perch__sock *s, uint8_t call);
 /*
  * Any thread: a pooled staging buffer of PERCH__TXBUF_CAP on the loop's
  * thread (new if the pool is empty), else NULL (lib/send.c).

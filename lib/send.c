@@ -103,8 +103,7 @@ void perch__loop_sent(struct perch__sock *s, int res)
 		s->loop->be->send(s);
 }
 
-/* Loop thread. `c` is passed apart from perch__sock_conn(s): after a close the socket may be finalized. */
-static void start_send(struct perch__sock *s, struct perch_conn *c, struct perch__txbuf *chain)
+void perch__send_start(struct perch__sock *s, struct perch_conn *c, struct perch__txbuf *chain)
 {
 	if (s->closing || !s->in_table) {
 		perch__conn_send_done(c, chain, -EPIPE);
@@ -125,24 +124,17 @@ static void start_send(struct perch__sock *s, struct perch_conn *c, struct perch
 	s->loop->be->send(s);
 }
 
-static void run_posted_send(struct perch_loop *loop, struct perch__msg *m)
-{
-	struct perch__sock *s = perch__container_of(m, struct perch__sock, send_msg);
-	start_send(s, perch__sock_conn(s), s->posted_chain);
-}
-
 /* The conn core's send: started at once on the loop thread, else posted. */
 void perch__op_send(struct perch_conn *c, struct perch__txbuf *chain)
 {
 	struct perch__sock *s = c->transport;
 	if (perch__loop_is_current(s->loop)) {
-		start_send(s, c, chain);
+		perch__send_start(s, c, chain);
 		return;
 	}
 	/* The send's own conn reference (taken by the core) keeps s alive until it runs. */
 	s->posted_chain = chain;
-	s->send_msg.run = run_posted_send;
-	perch__inbox_push(s->loop, &s->send_msg);
+	perch__sock_post(s, PERCH__POSTED_SEND);
 }
 
 /* ================= the staging pool ================= */

@@ -12,6 +12,7 @@
 #include "loop_internal.h"
 
 static const struct perch__transport_ops loop_conn_ops;
+static void run_posted(struct perch_loop *loop, struct perch__msg *m);
 
 /* ================= socket table (loop thread) ================= */
 
@@ -161,6 +162,7 @@ struct perch__sock *perch__conn_sock_new(struct perch_loop *loop, int fd, sa_fam
 	}
 	s->fd = fd;
 	s->family = (uint8_t)family;
+	s->msg.run = run_posted; /* set once: a poster never writes the message a run may be reading */
 	s->recv_mode = (uint8_t)opts->recv_mode;
 	s->nagle = opts->nagle;
 	/* A waiting tail up to a quarter of a receive buffer gives its pool buffers back (conn_read.c). */
@@ -283,42 +285,6 @@ void perch__loop_sock_closed(struct perch__sock *s)
 
 /* ================= the conn core's transport ops ================= */
 
-/*
- * Runs a connection's call on its loop thread: at once when already there,
- * else posted as m. The caller holds a reference only for the call; the one
- * taken here keeps s alive while m waits, and run_posted drops it.
- */
-static void call_on_loop(struct perch__sock *s, struct perch__msg *m, perch__msg_fn run_posted,
-			 void (*call)(struct perch__sock *s))
-{
-	if (perch__loop_is_current(s->loop)) {
-		call(s);
-		return;
-	}
-	perch__conn_ref(perch__sock_conn(s));
-	m->run = run_posted;
-	perch__inbox_push(s->loop, m);
-}
-
-/* The posted half of call_on_loop: the call, then the reference it took (which may free s). */
-static void run_posted_call(struct perch__sock *s, void (*call)(struct perch__sock *s))
-{
-	struct perch_conn *c = perch__sock_conn(s);
-	call(s);
-	perch__conn_unref(c);
-}
-
-static void run_posted_close(struct perch_loop *loop, struct perch__msg *m)
-{
-	run_posted_call(perch__container_of(m, struct perch__sock, close_msg), perch__sock_start_close);
-}
-
-static void op_close(struct perch_conn *c)
-{
-	struct perch__sock *s = c->transport;
-	call_on_loop(s, &s->close_msg, run_posted_close, perch__sock_start_close);
-}
-
 /* A close whose fd goes with a reset: SO_LINGER 0 makes the kernel's last release send an RST. */
 static void start_abort(struct perch__sock *s)
 {
@@ -327,24 +293,6 @@ static void start_abort(struct perch__sock *s)
 		setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
 	}
 	perch__sock_start_close(s);
-}
-
-static void run_posted_abort(struct perch_loop *loop, struct perch__msg *m)
-{
-	run_posted_call(perch__container_of(m, struct perch__sock, close_msg), start_abort);
-}
-
-/* The core calls close or abort once per connection: they share the close's message. */
-static void op_abort(struct perch_conn *c)
-{
-	struct perch__sock *s = c->transport;
-	call_on_loop(s, &s->close_msg, run_posted_abort, start_abort);
-}
-
-static void op_destroy(struct perch_conn *c)
-{
-	struct perch__sock *s = c->transport;
-	perch__sock_opts_unref(s->opts); /* the socket goes with the conn's block */
 }
 
 /*
@@ -358,21 +306,76 @@ static void shutdown_write(struct perch__sock *s)
 		shutdown(s->fd, SHUT_WR);
 }
 
-static void run_posted_shutdown(struct perch_loop *loop, struct perch__msg *m)
+/* A connection socket's calls from other threads, run on its loop: see PERCH__POSTED_SEND. */
+static void run_posted(struct perch_loop *loop, struct perch__msg *m)
 {
-	run_posted_call(perch__container_of(m, struct perch__sock, send_msg), shutdown_write);
+	struct perch__sock *s = perch__container_of(m, struct perch__sock, msg);
+	struct perch_conn *c = perch__sock_conn(s);
+	uint8_t calls = perch__fand_u8(&s->posted, (uint8_t)~PERCH__POSTED) & PERCH__POSTED;
+	PERCH_ASSERT(calls != 0); /* the message is pushed only with a call for it */
+	if (calls & (calls - 1))
+		loop->stats.posted_together++; /* one rode the message another pushed: the race suite counts it */
+	if (calls & PERCH__POSTED_SEND)
+		perch__send_start(s, c, s->posted_chain);
+	if (calls & PERCH__POSTED_SHUTDOWN)
+		shutdown_write(s);
+	if (calls & PERCH__POSTED_CLOSE)
+		perch__sock_start_close(s);
+	if (calls & PERCH__POSTED_ABORT)
+		start_abort(s);
+	/* Each call but the send (whose reference is the core's) took one to keep s while it waited. */
+	unsigned held = calls & ~PERCH__POSTED_SEND;
+	if (held && (perch__load_u8(&s->posted) & PERCH__POSTED))
+		loop->stats.posted_during_run++; /* a call landed while these ran: the race suite counts it */
+	for (; held; held &= held - 1)
+		perch__conn_unref(c);
+}
+
+void perch__sock_post(struct perch__sock *s, uint8_t call)
+{
+	uint8_t was = perch__for_u8(&s->posted, call);
+	PERCH_ASSERT(!(was & call)); /* each call at most once at a time */
+	/* The first call since the message last ran pushes it; the others ride it. */
+	if (!(was & PERCH__POSTED))
+		perch__inbox_push(s->loop, &s->msg);
 }
 
 /*
- * The core calls it once per connection, with no send in flight: nothing
- * is queued before the FIN, and the send's message is free to carry it (a
- * posted send has run before the send_done that let the guard go; a close
- * or an error that let it go first makes the core refuse the shutdown).
+ * Runs a connection's call on its loop thread: at once when already there,
+ * else posted. The caller holds a reference only for the call; the one
+ * taken here keeps s alive while the call waits, and run_posted drops it.
  */
+static void call_on_loop(struct perch__sock *s, uint8_t posted, void (*call)(struct perch__sock *s))
+{
+	if (perch__loop_is_current(s->loop)) {
+		call(s);
+		return;
+	}
+	perch__conn_ref(perch__sock_conn(s));
+	perch__sock_post(s, posted);
+}
+
+static void op_close(struct perch_conn *c)
+{
+	call_on_loop(c->transport, PERCH__POSTED_CLOSE, perch__sock_start_close);
+}
+
+/* The core calls close or abort once per connection. */
+static void op_abort(struct perch_conn *c)
+{
+	call_on_loop(c->transport, PERCH__POSTED_ABORT, start_abort);
+}
+
+/* The core calls it once per connection, with no send in flight: nothing is queued before the FIN. */
 static void op_shutdown(struct perch_conn *c)
 {
+	call_on_loop(c->transport, PERCH__POSTED_SHUTDOWN, shutdown_write);
+}
+
+static void op_destroy(struct perch_conn *c)
+{
 	struct perch__sock *s = c->transport;
-	call_on_loop(s, &s->send_msg, run_posted_shutdown, shutdown_write);
+	perch__sock_opts_unref(s->opts); /* the socket goes with the conn's block */
 }
 
 static const struct perch__transport_ops loop_conn_ops = {
