@@ -7,6 +7,13 @@
 #include "../tests/fake_transport.h"
 #include "harness.h"
 
+/*
+ * The shutdown(2) calls the library made on `fd` so far, counted by the
+ * stress binary's wrap of shutdown (stress/race_loop_close.c); 0 for an fd
+ * past its table. A race takes the difference over its round.
+ */
+uint32_t race_shutdowns_made(int fd);
+
 /* A reader shaped like a pipe adapter: on_parking readies its value task, on_recv_ready completes it. */
 struct task_reader {
 	struct perch_recv_listener l;

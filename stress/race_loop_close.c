@@ -46,15 +46,23 @@
 enum { SHUT_NONE, SHUT_BEFORE_CLOSE, SHUT_AFTER_CLOSE };
 static uint32_t lc_closing[LC_FDS];
 static uint32_t lc_shut[LC_FDS];
+static uint32_t lc_shut_count[LC_FDS];
 
 int __real_shutdown(int fd, int how);
 
 int __wrap_shutdown(int fd, int how)
 {
-	if (fd >= 0 && fd < LC_FDS)
+	if (fd >= 0 && fd < LC_FDS) {
 		perch__store_u32(&lc_shut[fd], perch__load_u32(&lc_closing[fd]) ? SHUT_AFTER_CLOSE
 										: SHUT_BEFORE_CLOSE);
+		perch__faa_u32(&lc_shut_count[fd], 1);
+	}
 	return __real_shutdown(fd, how);
+}
+
+uint32_t race_shutdowns_made(int fd)
+{
+	return fd >= 0 && fd < LC_FDS ? perch__load_u32(&lc_shut_count[fd]) : 0;
 }
 
 static int lc_fd(struct perch_conn *c)

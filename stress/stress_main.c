@@ -16,7 +16,7 @@ extern const struct race_def race_read_vs_bytes, race_read_vs_fin, race_read_vs_
 	race_pipe_cancel_vs_next_flush, race_pipe_second_flush_vs_send_done, race_pipe_read_or_wait_vs_bytes,
 	race_pipe_read_or_wait_unpublished_vs_bytes, race_pipe_flush_or_wait_vs_cancel, race_pipe_two_read_or_wait,
 	race_loop_owner_claim,
-	race_forward_vs_close, race_loop_shutdown_vs_close, race_loop_shutdown_vs_flush,
+	race_forward_vs_close, race_loop_shutdown_vs_close, race_loop_posted_ride, race_loop_shutdown_vs_flush,
 	race_loop_zc_flush_vs_close;
 #ifdef PERCH_HAVE_TLS
 extern const struct race_def race_tls_flush_off_loop_vs_engine, race_tls_read_vs_cipher_end,
@@ -65,6 +65,7 @@ int main(int argc, char **argv)
 		&race_pipe_two_read_or_wait,
 		&race_loop_pipe_read_vs_close,
 		&race_loop_shutdown_vs_close,
+		&race_loop_posted_ride,
 		&race_loop_shutdown_vs_flush,
 		&race_loop_pipe_flush_vs_close,
 		&race_loop_owner_claim,
