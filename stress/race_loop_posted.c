@@ -31,7 +31,7 @@
 #include "../lib/backend.h"
 #include "race_conn.h"
 
-#define DRAIN_TURNS 10000 /* the judge's turns for the loop to finish the round's calls (each up to 1 ms) */
+#define DRAIN_TURNS 2000 /* the judge's turns for the loop to finish the round's calls (each up to 1 ms) */
 
 struct lp_state {
 	struct perch_loop *loop;
