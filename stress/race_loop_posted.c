@@ -88,6 +88,26 @@ static void lp_destroy(void *p)
 	free(s);
 }
 
+/* Turns the loop until done(s) holds; false when DRAIN_TURNS were not enough. */
+static bool turn_until(struct lp_state *s, bool (*done)(struct lp_state *s))
+{
+	for (int turns = 0; !done(s); turns++)
+		if (turns == DRAIN_TURNS || perch_loop_run_once(s->loop, 1) < 0)
+			return false;
+	return true;
+}
+
+static bool adopted(struct lp_state *s)
+{
+	return s->c != NULL;
+}
+
+/* Whether the socket is closed: the peer's write fails with EPIPE (a shutdown alone lets it through). */
+static bool close_made(struct lp_state *s)
+{
+	return send(s->peer, "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno == EPIPE;
+}
+
 /* On the main actor, which owns the loop: a fresh adopted connection, settled. */
 static void lp_setup(void *p, uint64_t round)
 {
@@ -100,11 +120,10 @@ static void lp_setup(void *p, uint64_t round)
 		abort();
 	}
 	s->peer = sv[1];
-	for (int turns = 0; !s->c; turns++)
-		if (turns == DRAIN_TURNS || perch_loop_run_once(s->loop, 1) < 0) {
-			fprintf(stderr, "race_loop_posted: the adoption never ran\n");
-			abort();
-		}
+	if (!turn_until(s, adopted)) {
+		fprintf(stderr, "race_loop_posted: the adoption never ran\n");
+		abort();
+	}
 	s->posted = 0;
 	s->shut_rc = s->close_rc = 1;
 	s->fd = sv[0];
@@ -134,26 +153,6 @@ static void shutdown_then_close(void *p, uint64_t round)
 	s->shut_rc = perch_conn_shutdown(s->c);
 	s->close_rc = perch_conn_close(s->c);
 	perch__store_u32(&s->posted, 1);
-}
-
-/* Whether the socket is closed: the peer's write fails with EPIPE (a shutdown alone lets it through). */
-static bool socket_closed(int peer)
-{
-	return send(peer, "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno == EPIPE;
-}
-
-/* Turns the loop until done(s) holds; false when DRAIN_TURNS were not enough. */
-static bool turn_until(struct lp_state *s, bool (*done)(struct lp_state *s))
-{
-	for (int turns = 0; !done(s); turns++)
-		if (turns == DRAIN_TURNS || perch_loop_run_once(s->loop, 1) < 0)
-			return false;
-	return true;
-}
-
-static bool close_made(struct lp_state *s)
-{
-	return socket_closed(s->peer);
 }
 
 /* The posted calls gave their references back: only the adoption's is left. */
