@@ -170,6 +170,13 @@ static int file_there(const char *what, const char *path, char *why, size_t why_
 	return 0;
 }
 
+/* Whether the PEM reads that just ended found the input's end ("no start line"), not a broken block. */
+static bool pem_ended_cleanly(void)
+{
+	unsigned long e = ERR_peek_last_error();
+	return ERR_GET_LIB(e) == ERR_LIB_PEM && ERR_GET_REASON(e) == PEM_R_NO_START_LINE;
+}
+
 static int load_pem_chain(SSL_CTX *ssl, const char *pem, char *why, size_t why_len)
 {
 	BIO *b = BIO_new_mem_buf(pem, -1);
@@ -185,7 +192,9 @@ static int load_pem_chain(SSL_CTX *ssl, const char *pem, char *why, size_t why_l
 	BIO_free(b);
 	if (!ok)
 		return say(why, why_len, -EINVAL, "cert_pem: no certificate loaded");
-	ERR_clear_error(); /* the chain's end is a "no start line" */
+	if (!pem_ended_cleanly())
+		return say(why, why_len, -EINVAL, "cert_pem: a certificate after the first does not parse");
+	ERR_clear_error();
 	return 0;
 }
 

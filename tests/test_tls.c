@@ -670,6 +670,37 @@ static void a_server_context_from_pem_in_memory_serves_a_handshake(void **state)
 	pair_free(p);
 }
 
+/* A chain in memory loads whole or not at all: a broken block after the leaf is an error, not the chain's end. */
+static void a_cert_pem_with_a_broken_certificate_after_the_leaf_is_refused(void **state)
+{
+	(void)state;
+	char *crt = slurp(cert("server.pem")), *key = slurp(cert("server.key")), *ca = slurp(cert("ca.pem"));
+	size_t leaf_len = strlen(crt), ca_len = strlen(ca);
+	char *chain = calloc(1, leaf_len + ca_len + 1), why[200];
+	memcpy(chain, crt, leaf_len);
+	memcpy(chain + leaf_len, ca, ca_len);
+	struct perch_tls_ctx_opts so = {.role = PERCH_TLS_SERVER, .cert_pem = chain, .key_pem = key};
+	struct perch_tls_ctx *ctx = NULL;
+	assert_int_equal(perch_tls_ctx_new(&so, &ctx, why, sizeof(why)), 0);
+	perch_tls_ctx_free(ctx);
+	ctx = NULL;
+	char *body = strchr(chain + leaf_len, '\n') + 1, kept[2]; /* the CA's first line of base64 */
+	memcpy(kept, body, 2);
+	memcpy(body, "!*", 2);
+	assert_int_equal(perch_tls_ctx_new(&so, &ctx, why, sizeof(why)), -EINVAL);
+	assert_null(ctx);
+	assert_non_null(strstr(why, "cert_pem"));
+	assert_non_null(strstr(why, "base64"));
+	memcpy(body, kept, 2);
+	chain[leaf_len + ca_len / 2] = '\0'; /* and a chain cut inside the CA's block */
+	assert_int_equal(perch_tls_ctx_new(&so, &ctx, why, sizeof(why)), -EINVAL);
+	assert_non_null(strstr(why, "cert_pem"));
+	free(chain);
+	free(ca);
+	free(crt);
+	free(key);
+}
+
 /* ---- over TCP: perch's server scaffold with a TLS context, a perch client session ---- */
 
 /* The path the server's first TLS session said, from its loop's thread once it had bytes. */
@@ -1288,6 +1319,7 @@ int main(void)
 		cmocka_unit_test(a_server_picks_its_context_by_the_name_asked_for),
 		cmocka_unit_test(a_reader_that_never_reads_holds_the_writer_back),
 		cmocka_unit_test(a_server_context_from_pem_in_memory_serves_a_handshake),
+		cmocka_unit_test(a_cert_pem_with_a_broken_certificate_after_the_leaf_is_refused),
 		cmocka_unit_test(plaintext_ends_used_off_the_loop_thread_lose_nothing),
 		cmocka_unit_test(a_session_freed_by_its_readers_continuation_outlives_the_run),
 		cmocka_unit_test(a_session_freed_inside_its_first_run_outlives_it),
