@@ -84,6 +84,7 @@ struct perch_tls {
 	bool running, again, in_send, freed;
 	bool timer_started, fail_unreported;
 	bool after_timer;                /* the timer holds a reference for perch_tls_end */
+	bool timers_left;                /* freed off the loop's thread: the kick disarms the timers */
 	bool cin_have, cin_parked, cin_eof;
 	bool cout_flushing;
 	bool want_input;                 /* OpenSSL asked for ciphertext it lacked */

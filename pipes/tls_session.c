@@ -18,16 +18,30 @@
 
 /* ---- kicks: the engine runs on the loop thread ---- */
 
+/* Disarms the session's timers; only the loop's thread can, so elsewhere it says they stay armed. */
+static bool stop_timers(struct perch_tls *s)
+{
+	if (perch_timer_is_armed(&s->timer))
+		perch_timer_stop(&s->timer);
+	if (perch_timer_is_armed(&s->ktls_retry))
+		perch_timer_stop(&s->ktls_retry);
+	s->timers_left = perch_timer_is_armed(&s->timer) || perch_timer_is_armed(&s->ktls_retry);
+	return !s->timers_left;
+}
+
 static void kick_run(struct perch_loop *loop, struct perch__msg *m)
 {
 	struct perch_tls *s = perch__container_of(m, struct perch_tls, kick_msg);
 	/* Taken down before the engine looks at what was handed over: a hand-over after it posts again. */
 	perch__xchg_u32(&s->kick_posted, 0);
 	perch__fence_rmw_then_load();
-	if (!s->freed)
+	if (!s->freed) {
 		perch__tls_run_held(s);   /* the posted kick's reference, dropped below */
-	else
+	} else {
 		perch__tls_drop_sends(s, -EPIPE);   /* a chain ended inside tls_ops.send before the free */
+		if (s->timers_left)
+			stop_timers(s);
+	}
 	perch__conn_unref(s->plain);
 }
 
@@ -288,10 +302,8 @@ void perch_tls_free(struct perch_tls *t)
 		return;
 	struct perch_tls *s = t;
 	s->freed = true;
-	if (perch_timer_is_armed(&s->timer))
-		perch_timer_stop(&s->timer);
-	if (perch_timer_is_armed(&s->ktls_retry))
-		perch_timer_stop(&s->ktls_retry);
+	if (!stop_timers(s))
+		perch__tls_kick_later(s);   /* its reference keeps the timers' memory until it disarms them */
 	perch_pipe_reader_free(s->pr);
 	perch_pipe_writer_free(s->pw);
 	perch_conn_close(s->plain);

@@ -701,6 +701,46 @@ static void a_cert_pem_with_a_broken_certificate_after_the_leaf_is_refused(void 
 	free(key);
 }
 
+static void *free_on_a_thread(void *t)
+{
+	perch_tls_free(t);
+	return NULL;
+}
+
+/*
+ * Freed between turns on a thread that is not the loop's, while its
+ * handshake's deadline is armed: the loop's next turn disarms the timer
+ * before the session's memory goes (ASan tells a timer left in freed memory).
+ */
+static void a_session_freed_off_its_loop_thread_takes_its_deadline_with_it(void **state)
+{
+	(void)state;
+	struct pair *p = calloc(1, sizeof(*p));
+	pair_loop(p);
+	p->cctx = client_ctx("ca.pem", NULL);
+	struct perch_pipe_reader *cr, *sr;
+	struct perch_pipe_writer *cw, *sw;
+	cross(&cr, &cw, &sr, &sw);
+	struct perch_tls_opts co = {.server_name = "localhost", .handshake_ms = 20};
+	assert_int_equal(perch_tls_new(p->cctx, p->loop, cr, cw, &co, &p->client), 0);
+	struct perch_read_result hello = {0};
+	for (int i = 0; i < 100 && hello.len == 0; i++) {
+		perch_loop_run_once(p->loop, 1);
+		perch_pipe_try_read(sr, &hello);
+	}
+	assert_true(hello.len > 0);   /* the ClientHello left: the handshake and its deadline began */
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, free_on_a_thread, p->client), 0);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	p->client = NULL;
+	double end = now_ms() + 100;   /* five deadlines */
+	while (now_ms() < end)
+		perch_loop_run_once(p->loop, 5);
+	perch_pipe_reader_free(sr);
+	perch_pipe_writer_free(sw);
+	pair_free(p);
+}
+
 /* ---- over TCP: perch's server scaffold with a TLS context, a perch client session ---- */
 
 /* The path the server's first TLS session said, from its loop's thread once it had bytes. */
@@ -1320,6 +1360,7 @@ int main(void)
 		cmocka_unit_test(a_reader_that_never_reads_holds_the_writer_back),
 		cmocka_unit_test(a_server_context_from_pem_in_memory_serves_a_handshake),
 		cmocka_unit_test(a_cert_pem_with_a_broken_certificate_after_the_leaf_is_refused),
+		cmocka_unit_test(a_session_freed_off_its_loop_thread_takes_its_deadline_with_it),
 		cmocka_unit_test(plaintext_ends_used_off_the_loop_thread_lose_nothing),
 		cmocka_unit_test(a_session_freed_by_its_readers_continuation_outlives_the_run),
 		cmocka_unit_test(a_session_freed_inside_its_first_run_outlives_it),

@@ -132,8 +132,8 @@ PERCH_API struct perch_pipe_writer *perch_tls_writer(struct perch_tls *t);
  * freed. No close_notify is sent by this call: flush what was written,
  * then complete the plaintext writer (close_notify follows what was
  * flushed). On the loop's thread, or any thread while the loop is not
- * running; while the loop still turns (a kick it posted holds the
- * session until it runs). NULL is ignored. On the kernel's path
+ * running: the session's memory then waits for the loop's next turn (or
+ * perch_loop_free), which disarms its timers. NULL is ignored. On the kernel's path
  * (perch_tls_path), a control record still waiting for room in the
  * socket (a close_notify to a peer that stopped reading) is dropped.
  */
