@@ -15,7 +15,7 @@
 
 #define ALPN_MAX 255u
 
-/* Writes "what: OpenSSL's reason" into why (the queue is emptied); returns err. */
+/* Writes "what: OpenSSL's reason" into why (the queue is emptied); returns err, -ENOMEM where OpenSSL ran out. */
 static int say(char *why, size_t len, int err, const char *fmt, ...)
 {
 	char what[160];
@@ -28,7 +28,9 @@ static int say(char *why, size_t len, int err, const char *fmt, ...)
 	char reason[120] = "";
 	if (e)
 		ERR_error_string_n(e, reason, sizeof(reason));
-	ERR_clear_error();
+	for (unsigned long q; (q = ERR_get_error()) != 0;)
+		if (ERR_GET_REASON(q) == ERR_R_MALLOC_FAILURE)
+			err = -ENOMEM;   /* a certificate that did not load for want of memory is no bad input */
 	if (why && len)
 		snprintf(why, len, "%s%s%s", what, e ? ": " : "", reason);
 	return err;
@@ -59,7 +61,9 @@ void perch_tls_ctx_free(struct perch_tls_ctx *ctx)
 {
 	if (!ctx || perch__faa_u32(&ctx->refs, (uint32_t)-1) != 1)
 		return;
+	ERR_set_mark();   /* SSL_CTX_free allocates, and may queue its failure on the caller's thread */
 	SSL_CTX_free(ctx->ssl);
+	ERR_pop_to_mark();
 	SSL_SESSION_free(ctx->cached);
 	free(ctx->cached_name);
 	pthread_mutex_destroy(&ctx->cache_lock);
@@ -260,8 +264,9 @@ static int configure_ctx(struct perch_tls_ctx *ctx, const struct perch_tls_ctx_o
 			 size_t why_len)
 {
 	SSL_CTX *ssl = ctx->ssl;
-	SSL_CTX_set_app_data(ssl, ctx);
-	SSL_CTX_set_min_proto_version(ssl, TLS1_2_VERSION);
+	/* The new-session callback finds the context by its app data. */
+	if (SSL_CTX_set_app_data(ssl, ctx) != 1 || SSL_CTX_set_min_proto_version(ssl, TLS1_2_VERSION) != 1)
+		return say(why, why_len, -ENOMEM, "SSL_CTX set-up");
 	SSL_CTX_set_options(ssl, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION |
 					 SSL_OP_CIPHER_SERVER_PREFERENCE);
 	SSL_CTX_set_mode(ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
@@ -296,6 +301,16 @@ static int configure_ctx(struct perch_tls_ctx *ctx, const struct perch_tls_ctx_o
 	return 0;
 }
 
+/*
+ * A call that said it succeeded but queued an error: out of memory, an
+ * OpenSSL 3.0 chain loader stops at a CA it could not allocate and still
+ * reports the leaf loaded. The context would be short of what was asked.
+ */
+static int quiet_failure(char *why, size_t why_len)
+{
+	return say(why, why_len, -EINVAL, "OpenSSL failed while the context was made");
+}
+
 int perch_tls_ctx_new(const struct perch_tls_ctx_opts *o, struct perch_tls_ctx **out, char *why,
 		      size_t why_len)
 {
@@ -318,8 +333,11 @@ int perch_tls_ctx_new(const struct perch_tls_ctx_opts *o, struct perch_tls_ctx *
 		free(ctx);
 		return say(why, why_len, -ENOMEM, "pthread_mutex_init");
 	}
+	ERR_clear_error();   /* so that what is queued below is this call's */
 	ctx->ssl = SSL_CTX_new(o->role == PERCH_TLS_SERVER ? TLS_server_method() : TLS_client_method());
 	int rc = ctx->ssl ? configure_ctx(ctx, o, why, why_len) : say(why, why_len, -ENOMEM, "SSL_CTX_new");
+	if (rc == 0 && ERR_peek_error() != 0)
+		rc = quiet_failure(why, why_len);
 	if (rc) {
 		perch_tls_ctx_free(ctx);
 		return rc;

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <openssl/err.h>
 #include <openssl/x509v3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,6 +189,9 @@ static void ktls_retry_due(struct perch_timer *t, void *arg)
  */
 static int expect_name(SSL *ssl, const char *name)
 {
+	size_t len = strlen(name);
+	if (len == 0 || len > TLSEXT_MAXLEN_host_name)
+		return -EINVAL;
 	unsigned char addr[sizeof(struct in6_addr)];
 	if (inet_pton(AF_INET, name, addr) == 1 || inet_pton(AF_INET6, name, addr) == 1)
 		return X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name) == 1 ? 0 : -ENOMEM;
@@ -203,7 +207,8 @@ static int make_ssl(struct perch_tls *s, const struct perch_tls_opts *o)
 	if (!bio)
 		return -ENOMEM;
 	SSL_set_bio(s->ssl, bio, bio);
-	SSL_set_app_data(s->ssl, s);
+	if (SSL_set_app_data(s->ssl, s) != 1)
+		return -ENOMEM;   /* its callbacks find the session by it */
 	if (s->ctx->role == PERCH_TLS_SERVER) {
 		SSL_set_accept_state(s->ssl);
 		return 0;
@@ -213,8 +218,9 @@ static int make_ssl(struct perch_tls *s, const struct perch_tls_opts *o)
 	/* A chain checked with no name checked would take any certificate its CAs signed. */
 	if (!name && (SSL_CTX_get_verify_mode(s->ctx->ssl) & SSL_VERIFY_PEER))
 		return -EINVAL;
-	if (name && expect_name(s->ssl, name) != 0)
-		return -ENOMEM;
+	int rc = name ? expect_name(s->ssl, name) : 0;
+	if (rc != 0)
+		return rc;
 	SSL_SESSION *sess = perch__tls_ctx_cached(s->ctx, name);
 	if (sess) {
 		SSL_set_session(s->ssl, sess);
@@ -277,6 +283,7 @@ int perch_tls_new(struct perch_tls_ctx *ctx, struct perch_loop *loop,
 	s->handshake_ms = o->handshake_ms ? o->handshake_ms : DEFAULT_HANDSHAKE_MS;
 	s->path = PERCH_TLS_PATH_USERSPACE;
 	s->ktls_ctrl_type = -1;
+	ERR_set_mark();   /* a failure leaves the caller's thread no OpenSSL error of ours */
 	int rc = make_ssl(s, o);
 	if (rc == 0)
 		rc = make_plain(s);
@@ -286,8 +293,10 @@ int perch_tls_new(struct perch_tls_ctx *ctx, struct perch_loop *loop,
 		rc = perch_timer_init(&s->ktls_retry, loop, ktls_retry_due, s);
 	if (rc != 0) {
 		unmake(s);
+		ERR_pop_to_mark();
 		return rc;
 	}
+	ERR_clear_last_mark();
 	*out = s;
 	/* The first run's own reference: a continuation inside it may free the session. */
 	perch__conn_ref(s->plain);

@@ -1328,6 +1328,17 @@ static void bad_contexts_are_refused_saying_why(void **state)
 	struct perch_pipe_writer *w;
 	assert_int_equal(perch_pipe_new(NULL, &r, &w), 0);
 	assert_int_equal(perch_tls_new(cctx, loop, r, w, NULL, &t), -EINVAL);
+	/* A name SNI cannot carry is the caller's error, and leaves no OpenSSL error on the thread. */
+	char long_name[300];
+	memset(long_name, 'a', sizeof(long_name) - 1);
+	long_name[sizeof(long_name) - 1] = '\0';
+	const char *names[] = {"", long_name};
+	for (size_t i = 0; i < 2; i++) {
+		assert_int_equal(perch_pipe_new(NULL, &r, &w), 0);
+		struct perch_tls_opts no = {.server_name = names[i]};
+		assert_int_equal(perch_tls_new(cctx, loop, r, w, &no, &t), -EINVAL);
+		assert_int_equal(ERR_peek_error(), 0);
+	}
 	perch_tls_ctx_free(cctx);
 	perch_loop_free(loop);
 	/* The first error says why: a key given as the certificate has "no start line". */

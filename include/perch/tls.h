@@ -97,7 +97,8 @@ struct perch_tls_opts {
  * Starts a session over `cipher_r` and `cipher_w`, which it takes (freed
  * by perch_tls_free, also when this fails), and begins the handshake on
  * `loop`'s thread. Returns 0 with *out set; -EINVAL (a NULL, a client
- * context without server_name while it verifies); -ENOMEM. On the loop's
+ * context without server_name while it verifies, a server_name empty or
+ * over 255 bytes); -ENOMEM. On the loop's
  * thread, or any thread while the loop is not running. On the loop's
  * thread the handshake's first step runs inside this call, after *out is
  * set: over an in-memory pipe a continuation of the peer's may run there

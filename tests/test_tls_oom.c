@@ -1,0 +1,168 @@
+/* tests/test_tls_oom.c: OpenSSL out of memory at each of its allocations in turn while a TLS context or session is made. */
+#include "config.h"
+
+#include <errno.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cmocka_prelude.h"
+#include "tls_test_certs.h"
+
+#include <perch.h>
+#include <perch/tls.h>
+
+/* OpenSSL's allocations come here (set before its first): armed with n, the n-th from now fails. */
+static int fails_in;
+static int fails_seen;
+
+static bool fail_now(void)
+{
+	if (fails_in > 0 && --fails_in == 0) {
+		fails_seen++;
+		return true;
+	}
+	return false;
+}
+
+static void *oom_malloc(size_t n, const char *file, int line)
+{
+	(void)file;
+	(void)line;
+	return fail_now() ? NULL : malloc(n);
+}
+
+static void *oom_realloc(void *p, size_t n, const char *file, int line)
+{
+	(void)file;
+	(void)line;
+	return fail_now() ? NULL : realloc(p, n);
+}
+
+static void oom_free(void *p, const char *file, int line)
+{
+	(void)file;
+	(void)line;
+	free(p);
+}
+
+/* The most allocations one call is swept over: a bound, not a guess of the count. */
+#define SWEEP_MAX 20000
+
+/*
+ * Fails the 1st, 2nd, ... allocation of `make(arg)` in turn until one run
+ * makes no allocation fail. Each run must return 0 (OpenSSL got past the
+ * failure) or -ENOMEM, or for a context -EINVAL too (some of OpenSSL's
+ * PEM reads fail for want of memory saying only "PEM lib"), and leave no
+ * OpenSSL error on the thread; ASan's leak check sees what a failed run
+ * left behind. Returns the allocations of a whole run, plus one.
+ */
+static int sweep(int (*make)(void *arg), void *arg, bool einval_too)
+{
+	for (int n = 1; n <= SWEEP_MAX; n++) {
+		ERR_clear_error();
+		fails_seen = 0;
+		fails_in = n;
+		int rc = make(arg);
+		fails_in = 0;
+		if (rc != 0 && rc != -ENOMEM && !(einval_too && rc == -EINVAL))
+			fail_msg("allocation %d failed: %d", n, rc);
+		if (ERR_peek_error() != 0) {
+			char e[200];
+			ERR_error_string_n(ERR_peek_error(), e, sizeof(e));
+			fail_msg("allocation %d failed (%d): OpenSSL's error is left on the thread: %s", n, rc, e);
+		}
+		if (!fails_seen) {
+			assert_int_equal(rc, 0);
+			return n;
+		}
+	}
+	fail_msg("more than %d allocations", SWEEP_MAX);
+	return 0;
+}
+
+static struct perch_loop *loop;
+static struct perch_tls_ctx *client_ctx, *server_ctx;
+
+/* A context of the options `arg`, freed at once when made. */
+static int make_ctx(void *arg)
+{
+	struct perch_tls_ctx *ctx = NULL;
+	char why[200];
+	int rc = perch_tls_ctx_new(arg, &ctx, why, sizeof(why));
+	perch_tls_ctx_free(ctx);
+	return rc;
+}
+
+/* A session of `arg`'s context over a fresh in-memory pipe pair, freed at once when made. */
+static int make_session(void *arg)
+{
+	struct perch_tls_ctx *ctx = arg;
+	struct perch_pipe_reader *r;
+	struct perch_pipe_writer *w;
+	if (perch_pipe_new(NULL, &r, &w) != 0)
+		return -ENOMEM;
+	struct perch_tls_opts o = {.server_name = ctx == client_ctx ? "localhost" : NULL};
+	struct perch_tls *t = NULL;
+	int rc = perch_tls_new(ctx, loop, r, w, &o, &t);
+	perch_tls_free(t);
+	for (int i = 0; i < 4; i++)
+		perch_loop_run_once(loop, 0);
+	return rc;
+}
+
+static void contexts_fail_cleanly_at_every_allocation(void **state)
+{
+	(void)state;
+	struct perch_tls_ctx_opts so = {.role = PERCH_TLS_SERVER, .cert_file = cert("server.pem"),
+					.key_file = cert("server.key"), .alpn = "http/1.1"};
+	struct perch_tls_ctx_opts co = {.role = PERCH_TLS_CLIENT, .ca_file = cert("ca.pem"), .alpn = "h2,http/1.1"};
+	int server_n = sweep(make_ctx, &so, true);
+	int client_n = sweep(make_ctx, &co, true);
+	print_message("a server context made %d allocations, a client's %d: each failed in turn\n",
+		      server_n - 1, client_n - 1);
+	assert_true(server_n > 10 && client_n > 10);
+}
+
+static void sessions_fail_cleanly_at_every_allocation(void **state)
+{
+	(void)state;
+	int client_n = sweep(make_session, client_ctx, false);
+	int server_n = sweep(make_session, server_ctx, false);
+	print_message("a client session made %d allocations, a server's %d: each failed in turn\n",
+		      client_n - 1, server_n - 1);
+	assert_true(client_n > 5 && server_n > 5);
+}
+
+int main(void)
+{
+	/* Before OpenSSL's first allocation: it takes no other allocator once it has one. */
+	if (!CRYPTO_set_mem_functions(oom_malloc, oom_realloc, oom_free)) {
+		fprintf(stderr, "test_tls_oom: OpenSSL allocated before main; cannot count its allocations\n");
+		return 1;
+	}
+	make_certs();
+	/* One of each first, whole: OpenSSL's one-time set-up is not what is swept. */
+	char why[200];
+	struct perch_tls_ctx_opts so = {.role = PERCH_TLS_SERVER, .cert_file = cert("server.pem"),
+					.key_file = cert("server.key")};
+	struct perch_tls_ctx_opts co = {.role = PERCH_TLS_CLIENT, .ca_file = cert("ca.pem")};
+	if (perch_loop_new(NULL, &loop) != 0 || perch_tls_ctx_new(&so, &server_ctx, why, sizeof(why)) != 0 ||
+	    perch_tls_ctx_new(&co, &client_ctx, why, sizeof(why)) != 0 || make_session(client_ctx) != 0 ||
+	    make_session(server_ctx) != 0) {
+		fprintf(stderr, "test_tls_oom: the set-up failed\n");
+		return 1;
+	}
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(contexts_fail_cleanly_at_every_allocation),
+		cmocka_unit_test(sessions_fail_cleanly_at_every_allocation),
+	};
+	int failed = cmocka_run_group_tests_name("tls out of memory", tests, NULL, NULL);
+	perch_tls_ctx_free(client_ctx);
+	perch_tls_ctx_free(server_ctx);
+	perch_loop_free(loop);
+	remove_certs();
+	return failed;
+}
