@@ -541,7 +541,16 @@ static void a_client_refuses_an_expired_certificate(void **state)
 static void a_client_refuses_a_certificate_for_another_name(void **state)
 {
 	struct pair *p = pair_new("server", "ca.pem", "example.org");
+	/* A flush waiting for the handshake is told the session's error, a later one -EPIPE. */
+	struct perch_pipe_writer *w = perch_tls_writer(p->client);
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_pipe_write(w, "early", 5), 0);
+	assert_int_equal(perch_pipe_flush(w, &h), PERCH_PENDING);
 	expect_client_verify_failure(p, "hostname mismatch");
+	int64_t result = 0;
+	assert_int_equal(perch_vtask_result(h, &result), 0);
+	assert_int_equal(result, -EPROTO);
+	assert_int_equal(write_flush(p, p->client, "late", 4), -EPIPE);
 	pair_free(p);
 }
 

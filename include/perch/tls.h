@@ -110,8 +110,8 @@ struct perch_tls_opts {
  * says OpenSSL's reason: "http request" for plaintext to a TLS port, a
  * failed certificate check, no shared cipher), -ETIMEDOUT (the deadline),
  * PERCH_TLS_TRUNCATED, or the ciphertext side's own error; a pending
- * plaintext flush then fails with -EPIPE. A peer's close_notify is the
- * reader's `completed`.
+ * plaintext flush then fails with the same error, and a later one with
+ * -EPIPE. A peer's close_notify is the reader's `completed`.
  */
 PERCH_API int perch_tls_new(struct perch_tls_ctx *ctx, struct perch_loop *loop,
 			    struct perch_pipe_reader *cipher_r, struct perch_pipe_writer *cipher_w,
