@@ -162,9 +162,11 @@ PERCH_API int perch_conn_write(struct perch_conn *c, const void *data, size_t le
  * close that cancels the send and a notification included) and in the
  * loop's free (the thread calling perch_loop_free when that is not the
  * loop's); an in-memory pipe's reader's once it consumed them; for bytes
- * dropped unsent, the thread whose call let go of the connection's last
- * reference, which may be the loop's (it holds one until the socket is
- * finalized). It must not block, nor write to or flush this connection.
+ * dropped unsent, the thread whose call dropped them: a call that drops
+ * staged bytes itself (perch_pipe_writer_complete, a flush refused once
+ * the write side ended), else the one that let go of the connection's
+ * last reference, which may be the loop's (it holds one until the socket
+ * is finalized). It must not block, nor write to or flush this connection.
  */
 typedef void (*perch_release_fn)(void *arg, const void *data, size_t len);
 
@@ -253,7 +255,9 @@ PERCH_API int perch_conn_shutdown(struct perch_conn *c);
  * this call (a continuation that releases the connection there must not
  * release it again afterwards); later reads return closed at once, later
  * writes and flushes of staged bytes -EPIPE. Idempotent. Returns 0 or
- * -EINVAL.
+ * -EINVAL. The socket itself is closed by the loop, at once or at a later
+ * turn (on io_uring once the operations in flight on it completed): the
+ * peer sees the end only while the loop turns on, or at perch_loop_free.
  */
 PERCH_API int perch_conn_close(struct perch_conn *c);
 
