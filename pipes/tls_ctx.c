@@ -125,9 +125,12 @@ static int sni_select(SSL *ssl, int *alert, void *arg)
 		return SSL_TLSEXT_ERR_ALERT_FATAL;
 	}
 	if (use != ctx && !s->sni_ctx) {
+		if (!SSL_set_SSL_CTX(ssl, use->ssl)) {
+			*alert = SSL_AD_INTERNAL_ERROR;   /* out of memory: not the context that was chosen */
+			return SSL_TLSEXT_ERR_ALERT_FATAL;
+		}
 		perch__tls_ctx_ref(use);
 		s->sni_ctx = use;
-		SSL_set_SSL_CTX(ssl, use->ssl);
 	}
 	return SSL_TLSEXT_ERR_OK;
 }
