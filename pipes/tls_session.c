@@ -350,6 +350,10 @@ void perch_tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg)
 {
 	if (!s)
 		return;
+	if (!after) {
+		perch_tls_free(s);
+		return;
+	}
 	bool wait = s->cout_flushing;   /* its completion holds the session */
 	perch_tls_free(s);
 	if (!wait) {

@@ -710,6 +710,18 @@ static void a_cert_pem_with_a_broken_certificate_after_the_leaf_is_refused(void 
 	free(key);
 }
 
+/* perch_tls_end with no after() is perch_tls_free (ASan sees a leak or a call through NULL). */
+static void a_session_ended_with_no_after_is_freed(void **state)
+{
+	(void)state;
+	struct pair *p = pair_new("server", "ca.pem", "localhost");
+	assert_true(turn_until(p->loop, both_established, p));
+	assert_int_equal(write_flush(p, p->client, "last", 4), 0);
+	perch_tls_end(p->client, NULL, NULL);
+	p->client = NULL;
+	pair_free(p);
+}
+
 static void *free_on_a_thread(void *t)
 {
 	perch_tls_free(t);
@@ -1381,6 +1393,7 @@ int main(void)
 		cmocka_unit_test(a_server_context_from_pem_in_memory_serves_a_handshake),
 		cmocka_unit_test(a_cert_pem_with_a_broken_certificate_after_the_leaf_is_refused),
 		cmocka_unit_test(a_session_freed_off_its_loop_thread_takes_its_deadline_with_it),
+		cmocka_unit_test(a_session_ended_with_no_after_is_freed),
 		cmocka_unit_test(plaintext_ends_used_off_the_loop_thread_lose_nothing),
 		cmocka_unit_test(a_session_freed_by_its_readers_continuation_outlives_the_run),
 		cmocka_unit_test(a_session_freed_inside_its_first_run_outlives_it),

@@ -152,7 +152,8 @@ PERCH_API void perch_tls_free(struct perch_tls *t);
  * an io_uring send in flight). after(arg) may run inside this call. Loop
  * thread. NULL is ignored (after is not called). On the kernel's path a
  * control record is sent by a sendmsg of its own, not a flush: one still
- * waiting for room is dropped, as perch_tls_free says.
+ * waiting for room is dropped, as perch_tls_free says. A NULL after makes
+ * it perch_tls_free.
  */
 PERCH_API void perch_tls_end(struct perch_tls *t, void (*after)(void *arg), void *arg);
 
