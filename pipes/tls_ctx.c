@@ -1,6 +1,7 @@
 /* pipes/tls_ctx.c: TLS contexts: certificates, verification, ALPN, SNI and the client's session cache. */
 #include "config.h"
 
+#include <errno.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <stdarg.h>
@@ -172,9 +173,10 @@ SSL_SESSION *perch__tls_ctx_cached(struct perch_tls_ctx *ctx, const char *name)
 static int file_there(const char *what, const char *path, char *why, size_t why_len)
 {
 	struct stat st;
-	if (stat(path, &st) != 0)
-		return say(why, why_len, -ENOENT, "%s %s: not there", what, path);
-	return 0;
+	if (stat(path, &st) == 0)
+		return 0;
+	int err = errno;
+	return say(why, why_len, -err, "%s %s: %s", what, path, err == ENOENT ? "not there" : strerror(err));
 }
 
 /* Whether the PEM reads that just ended found the input's end ("no start line"), not a broken block. */

@@ -1326,6 +1326,11 @@ static void bad_contexts_are_refused_saying_why(void **state)
 	o.key_file = cert("server.key");
 	assert_int_equal(perch_tls_ctx_new(&o, &ctx, why, sizeof(why)), -ENOENT);
 	assert_non_null(strstr(why, "/nonexistent/cert.pem"));
+	char under_a_file[200];
+	snprintf(under_a_file, sizeof(under_a_file), "%s/x", cert("server.pem"));
+	o.cert_file = under_a_file;   /* stat's own errno, not "not there" */
+	assert_int_equal(perch_tls_ctx_new(&o, &ctx, why, sizeof(why)), -ENOTDIR);
+	assert_non_null(strstr(why, strerror(ENOTDIR)));
 	o.cert_file = cert("server.pem");
 	o.key_file = cert("client.key");
 	assert_int_equal(perch_tls_ctx_new(&o, &ctx, why, sizeof(why)), -EINVAL);

@@ -68,9 +68,9 @@ struct perch_tls_ctx_opts {
  * Makes a context (TLS 1.2 at least, renegotiation refused). Returns 0
  * with *out set; -EINVAL (NULL out, a bad role or verify, a server without
  * a certificate, an ALPN name empty or over 255 bytes, a certificate or key
- * that does not load or match), -ENOENT (a file that is not there),
- * -ENOMEM. On failure `why` (when not NULL) gets a line saying what was
- * wrong, with OpenSSL's reason. Any thread.
+ * that does not load or match), -ENOENT (a file that is not there; another
+ * errno of stat(2) as it came), -ENOMEM. On failure `why` (when not NULL)
+ * gets a line saying what was wrong, with OpenSSL's reason. Any thread.
  */
 PERCH_API int perch_tls_ctx_new(const struct perch_tls_ctx_opts *opts, struct perch_tls_ctx **out,
 				char *why, size_t why_len);
