@@ -20,7 +20,9 @@ extern "C" {
  * its first unconsumed byte, and never copy unless asked to. They read
  * the segments only: any thread that may look at the result (its reader,
  * before the next advance). None allocates; none fails on a result whose
- * segments are empty.
+ * segments are empty. They are a parser's inner loop and do not check
+ * their pointers: a NULL result, cursor or buffer is the caller's bug
+ * (perch_segs_parse_u64, which has an error to return, says -EINVAL).
  */
 
 /* The end of a search that found nothing: perch_segs_find's answer then. */
