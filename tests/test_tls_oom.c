@@ -1,4 +1,4 @@
-/* tests/test_tls_oom.c: OpenSSL out of memory at each of its allocations in turn while a TLS context or session is made. */
+/* tests/test_tls_oom.c: out of memory at each allocation in turn while TLS contexts and sessions are made and speak. */
 #include "config.h"
 
 #include <errno.h>
@@ -13,9 +13,14 @@
 #include "tls_test_certs.h"
 
 #include <perch.h>
+#include <perch/segs.h>
 #include <perch/tls.h>
 
-/* OpenSSL's allocations come here (set before its first): armed with n, the n-th from now fails. */
+/*
+ * OpenSSL's allocations come here (set before its first), and perch's
+ * malloc and calloc (the test links with --wrap for both): armed with n,
+ * the n-th allocation from now fails.
+ */
 static int fails_in;
 static int fails_seen;
 
@@ -28,11 +33,24 @@ static bool fail_now(void)
 	return false;
 }
 
+void *__real_malloc(size_t size);
+void *__real_calloc(size_t n, size_t size);
+
+void *__wrap_malloc(size_t size)
+{
+	return fail_now() ? NULL : __real_malloc(size);
+}
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+	return fail_now() ? NULL : __real_calloc(n, size);
+}
+
 static void *oom_malloc(size_t n, const char *file, int line)
 {
 	(void)file;
 	(void)line;
-	return fail_now() ? NULL : malloc(n);
+	return fail_now() ? NULL : __real_malloc(n);
 }
 
 static void *oom_realloc(void *p, size_t n, const char *file, int line)
@@ -134,13 +152,67 @@ static bool handshake_over(struct perch_tls *c, struct perch_tls *s)
 	       perch_tls_error(s, NULL, 0);
 }
 
+/* The first failure either session has told, as the sweep takes it; 0 while neither failed. */
+static int told_failure(struct perch_tls *a, struct perch_tls *b)
+{
+	return perch_tls_error(a, NULL, 0) || perch_tls_error(b, NULL, 0) ? -ENOMEM : 0;
+}
+
+/*
+ * Writes and flushes `msg` on a's plaintext writer and reads it whole on
+ * b's reader, turning the loop: 0 once b read it and a's flush completed;
+ * -ENOMEM when a call, the flush or either session failed; -EBADMSG for
+ * other bytes; -ETIMEDOUT when nothing moved in 1,000 turns.
+ */
+static int carry(struct perch_tls *a, struct perch_tls *b, const char *msg)
+{
+	size_t len = strlen(msg), got = 0;
+	struct perch_pipe_writer *w = perch_tls_writer(a);
+	struct perch_vtask_handle flush;
+	if (perch_pipe_write(w, msg, len) != 0)
+		return -ENOMEM;
+	int rc = perch_pipe_flush(w, &flush);
+	if (rc != 0 && rc != PERCH_PENDING)
+		return -ENOMEM;
+	bool flushing = rc == PERCH_PENDING;
+	for (int turn = 0; turn < 1000; turn++) {
+		int64_t flushed = 0;
+		if (flushing && perch_vtask_status(flush) != PERCH_PENDING) {
+			flushing = false;
+			if (perch_vtask_result(flush, &flushed) != 0 || flushed != 0)
+				return -ENOMEM;
+		}
+		struct perch_pipe_reader *rd = perch_tls_reader(b);
+		struct perch_read_result r;
+		rc = got == len ? -EAGAIN : perch_pipe_try_read(rd, &r);
+		if (rc == 0) {
+			if (r.error || r.completed || r.closed || r.canceled)
+				return -ENOMEM;   /* the session's failure, told to its reader */
+			if (r.len > len || !perch_segs_equal(&r, 0, msg, r.len))
+				return -EBADMSG;
+			got = r.len;
+			perch_pipe_advance_to(rd, got == len ? len : 0, got);   /* a part: wait for the rest */
+		} else if (rc != -EAGAIN) {
+			return -ENOMEM;
+		}
+		if (got == len && !flushing)
+			return 0;
+		if ((rc = told_failure(a, b)) != 0)
+			return rc;
+		perch_loop_run_once(loop, 0);
+	}
+	return -ETIMEDOUT;
+}
+
 /*
  * A client and a server session over crossed in-memory pipes, turned
- * until their handshake is over, then freed. Returns 0 for a handshake
- * whose ALPN says the SNI moved the server; -ENOMEM when a session could
- * not be made or the handshake failed; else an error the sweep fails on:
- * -ETIMEDOUT when it neither ended nor failed (a lost failure),
- * -EPROTOTYPE when it ended on the first context.
+ * until their handshake is over (and, with `arg`, a message carried each
+ * way), then freed. Returns 0 for a handshake whose ALPN says the SNI
+ * moved the server; -ENOMEM when a session could not be made, or the
+ * handshake or a message failed and said so; else an error the sweep
+ * fails on: -ETIMEDOUT when it neither ended nor failed (a lost failure),
+ * -EPROTOTYPE when it ended on the first context, -EBADMSG for bytes
+ * other than those sent.
  */
 static int make_handshake(void *arg)
 {
@@ -173,6 +245,10 @@ static int make_handshake(void *arg)
 	const char *alpn = rc == 0 ? perch_tls_alpn(c) : NULL;
 	if (rc == 0 && (!alpn || strcmp(alpn, "http/1.1") != 0))
 		rc = -EPROTOTYPE;   /* only the SNI's context speaks ALPN: the move was lost */
+	if (rc == 0 && arg)
+		rc = carry(c, s, "ping");
+	if (rc == 0 && arg)
+		rc = carry(s, c, "pong");
 	perch_tls_free(c);
 	perch_tls_free(s);
 	for (int i = 0; i < 4; i++)
@@ -212,6 +288,15 @@ static void handshakes_fail_cleanly_at_every_allocation(void **state)
 	assert_true(n > 100);
 }
 
+static void exchanges_fail_cleanly_at_every_allocation(void **state)
+{
+	(void)state;
+	int n = sweep(make_handshake, "and a message each way", false);
+	print_message("a handshake and a message each way made %d allocations, perch's and OpenSSL's: "
+		      "each failed in turn\n", n - 1);
+	assert_true(n > 100);
+}
+
 int main(void)
 {
 #ifdef __SANITIZE_THREAD__
@@ -238,7 +323,7 @@ int main(void)
 	    perch_tls_ctx_new(&co, &client_ctx, why, sizeof(why)) != 0 || make_session(client_ctx) != 0 ||
 	    make_session(server_ctx) != 0 || perch_tls_ctx_new(&hs_co, &hs_client_ctx, why, sizeof(why)) != 0 ||
 	    perch_tls_ctx_new(&moved_so, &sni_ctx, why, sizeof(why)) != 0 ||
-	    perch_tls_ctx_new(&hs_so, &sni_server_ctx, why, sizeof(why)) != 0 || make_handshake(NULL) != 0) {
+	    perch_tls_ctx_new(&hs_so, &sni_server_ctx, why, sizeof(why)) != 0 || make_handshake("once") != 0) {
 		fprintf(stderr, "test_tls_oom: the set-up failed\n");
 		return 1;
 	}
@@ -246,6 +331,7 @@ int main(void)
 		cmocka_unit_test(contexts_fail_cleanly_at_every_allocation),
 		cmocka_unit_test(sessions_fail_cleanly_at_every_allocation),
 		cmocka_unit_test(handshakes_fail_cleanly_at_every_allocation),
+		cmocka_unit_test(exchanges_fail_cleanly_at_every_allocation),
 	};
 	int failed = cmocka_run_group_tests_name("tls out of memory", tests, NULL, NULL);
 	perch_tls_ctx_free(client_ctx);
