@@ -354,18 +354,21 @@ void perch_tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg)
 		perch_tls_free(s);
 		return;
 	}
-	bool wait = s->cout_flushing;   /* its completion holds the session */
-	perch_tls_free(s);
-	if (!wait) {
-		after(arg);
-		return;
+	perch__conn_ref(s->plain);   /* this call's: the free below may end the flush and drop the rest */
+	bool wait = s->cout_flushing;
+	if (wait) {
+		/* Set before the free: an in-memory pipe's flush ends inside it, and runs after() there. */
+		s->after = after;
+		s->after_arg = arg;
+		perch__conn_ref(s->plain);   /* the timer's */
+		s->after_timer = true;
 	}
-	s->after = after;
-	s->after_arg = arg;
-	perch__conn_ref(s->plain);   /* the timer's */
-	s->after_timer = true;
-	if (perch_timer_start(&s->timer, PERCH_TLS_END_MS) != 0)
+	perch_tls_free(s);
+	if (!wait)
+		after(arg);
+	else if (s->after && perch_timer_start(&s->timer, PERCH_TLS_END_MS) != 0)
 		perch__tls_run_after(s);
+	perch__conn_unref(s->plain);
 }
 
 /* ---- what a session says ---- */

@@ -722,6 +722,78 @@ static void a_session_ended_with_no_after_is_freed(void **state)
 	pair_free(p);
 }
 
+/* perch_tls_end's after(): how often it ran, and whether on a thread other than the loop's. */
+static pthread_t end_loop_thread;
+static int after_runs, after_runs_off_loop;
+
+static void count_after(void *arg)
+{
+	(void)arg;
+	__atomic_fetch_add(&after_runs, 1, __ATOMIC_RELAXED);
+	if (!pthread_equal(pthread_self(), end_loop_thread))
+		__atomic_fetch_add(&after_runs_off_loop, 1, __ATOMIC_RELAXED);
+}
+
+/* Ends the client with perch_tls_end inside a turn, once its ciphertext flush waits; true if it did wait. */
+struct ending {
+	struct perch_tls *client;
+	void (*then)(struct ending *e);   /* inside the same turn, after the end */
+	struct perch_conn *conn;          /* the client's connection, for `then` */
+	bool waited, done;
+};
+
+static void end_in_a_turn(void *arg)
+{
+	struct ending *e = arg;
+	e->waited = e->client->cout_flushing;
+	perch_tls_end(e->client, count_after, NULL);
+	if (e->then)
+		e->then(e);
+	e->done = true;
+}
+
+static void end_client_in_a_turn(struct pair *p, struct ending *e)
+{
+	end_loop_thread = pthread_self();
+	after_runs = after_runs_off_loop = 0;
+	e->client = p->client;
+	p->client = NULL;
+	assert_int_equal(perch_loop_post(p->loop, end_in_a_turn, e), 0);
+	for (int i = 0; i < 1000 && !e->done; i++)
+		perch_loop_run_once(p->loop, 1);
+	assert_true(e->done);
+	assert_true(e->waited);
+	double end = now_ms() + 50;
+	while (now_ms() < end && after_runs == 0)
+		perch_loop_run_once(p->loop, 5);
+	assert_int_equal(after_runs, 1);
+	assert_int_equal(after_runs_off_loop, 0);
+}
+
+/*
+ * Ended while its flush waits for room in an in-memory pipe: freeing the
+ * pipe's writer fails that flush inside the end, which must find after()
+ * already set, run it there, and leave the session's memory alone (ASan).
+ */
+static void a_session_ended_while_its_flush_waits_on_an_in_memory_pipe_ends_once(void **state)
+{
+	(void)state;
+	struct pair *p = pair_new("server", "ca.pem", "localhost");
+	assert_true(turn_until(p->loop, both_established, p));
+	size_t big = 1u << 20;
+	uint8_t *data = calloc(1, big);
+	struct perch_pipe_writer *w = perch_tls_writer(p->client);
+	assert_int_equal(perch_pipe_write(w, data, big), 0);
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_pipe_flush(w, &h), PERCH_PENDING);
+	free(data);
+	for (int i = 0; i < 200 && !p->client->cout_flushing; i++)
+		perch_loop_run_once(p->loop, 1);
+	struct ending e = {0};
+	end_client_in_a_turn(p, &e);
+	pair_free(p);
+}
+
 static void *free_on_a_thread(void *t)
 {
 	perch_tls_free(t);
@@ -1399,6 +1471,7 @@ int main(void)
 		cmocka_unit_test(a_cert_pem_with_a_broken_certificate_after_the_leaf_is_refused),
 		cmocka_unit_test(a_session_freed_off_its_loop_thread_takes_its_deadline_with_it),
 		cmocka_unit_test(a_session_ended_with_no_after_is_freed),
+		cmocka_unit_test(a_session_ended_while_its_flush_waits_on_an_in_memory_pipe_ends_once),
 		cmocka_unit_test(plaintext_ends_used_off_the_loop_thread_lose_nothing),
 		cmocka_unit_test(a_session_freed_by_its_readers_continuation_outlives_the_run),
 		cmocka_unit_test(a_session_freed_inside_its_first_run_outlives_it),
