@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "atomic.h"
+#include "loop_internal.h"
 #include "tls_internal.h"
 
 #define RECORD_BYTES 16384u        /* the most plaintext one record carries: one SSL_read */
@@ -62,7 +63,8 @@ static void cipher_flushed(void *arg, int64_t result)
 	perch__store_u32((uint32_t *)&s->flush_result, (uint32_t)(int32_t)result);
 	perch__for_u32(&s->asks, TLS_ASK_FLUSHED);
 	perch__tls_kick(s);
-	if (s->freed)
+	/* perch_tls_end's after() runs on the loop's thread: elsewhere, the kick just posted runs it. */
+	if (perch__loop_is_current(s->loop) && s->freed)
 		perch__tls_run_after(s);
 	perch__conn_unref(s->plain);   /* the waited flush's */
 }

@@ -40,6 +40,8 @@ static void kick_run(struct perch_loop *loop, struct perch__msg *m)
 		perch__tls_run_held(s);   /* the posted kick's reference, dropped below */
 	} else {
 		perch__tls_drop_sends(s, -EPIPE);   /* a chain ended inside tls_ops.send before the free */
+		if (perch__load_u32(&s->asks) & TLS_ASK_FLUSHED)
+			perch__tls_run_after(s);   /* perch_tls_end's flush ended on another thread */
 		if (s->timers_left)
 			stop_timers(s);
 	}

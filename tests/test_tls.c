@@ -794,6 +794,71 @@ static void a_session_ended_while_its_flush_waits_on_an_in_memory_pipe_ends_once
 	pair_free(p);
 }
 
+static struct perch_conn *adopted[2];
+
+static void on_adopted(struct perch_loop *loop, struct perch_conn *c, int result, void *arg)
+{
+	(void)loop;
+	assert_int_equal(result, 0);
+	adopted[(intptr_t)arg] = c;
+}
+
+static void *close_on_a_thread(void *c)
+{
+	perch_conn_close(c);
+	return NULL;
+}
+
+static void close_conn_from_a_thread(struct ending *e)
+{
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, close_on_a_thread, e->conn), 0);
+	assert_int_equal(pthread_join(th, NULL), 0);
+}
+
+/*
+ * Over a socket pair: ended while its ciphertext flush is in flight, then
+ * the connection closed from another thread, which fails that flush there.
+ * after() still runs once, on the loop's thread, and the session goes only
+ * once its deadline is disarmed (ASan).
+ */
+static void a_session_ended_then_closed_from_another_thread_ends_on_the_loop(void **state)
+{
+	(void)state;
+	struct pair *p = calloc(1, sizeof(*p));
+	pair_loop(p);
+	p->sctx = server_ctx("server", NULL);
+	p->cctx = client_ctx("ca.pem", NULL);
+	int sv[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	adopted[0] = adopted[1] = NULL;
+	for (intptr_t i = 0; i < 2; i++)
+		assert_int_equal(perch_conn_adopt(p->loop, sv[i], NULL, on_adopted, (void *)i), 0);
+	for (int i = 0; i < 100 && (!adopted[0] || !adopted[1]); i++)
+		perch_loop_run_once(p->loop, 1);
+	assert_true(adopted[0] && adopted[1]);
+	struct perch_pipe_reader *cr, *sr;
+	struct perch_pipe_writer *cw, *sw;
+	assert_int_equal(perch_pipe_reader_new(adopted[0], &cr), 0);
+	assert_int_equal(perch_pipe_writer_new(adopted[0], &cw), 0);
+	assert_int_equal(perch_pipe_reader_new(adopted[1], &sr), 0);
+	assert_int_equal(perch_pipe_writer_new(adopted[1], &sw), 0);
+	struct perch_tls_opts co = {.server_name = "localhost"};
+	assert_int_equal(perch_tls_new(p->sctx, p->loop, sr, sw, NULL, &p->server), 0);
+	assert_int_equal(perch_tls_new(p->cctx, p->loop, cr, cw, &co, &p->client), 0);
+	assert_true(turn_until(p->loop, both_established, p));
+	/* A flush in flight at the end: written inside the same turn, so no turn completes it first. */
+	struct ending e = {.then = close_conn_from_a_thread, .conn = adopted[0]};
+	assert_int_equal(perch_pipe_write(perch_tls_writer(p->client), "hello", 5), 0);
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_pipe_flush(perch_tls_writer(p->client), &h), PERCH_PENDING);
+	end_client_in_a_turn(p, &e);
+	perch_conn_release(adopted[0]);
+	perch_conn_close(adopted[1]);
+	perch_conn_release(adopted[1]);
+	pair_free(p);
+}
+
 static void *free_on_a_thread(void *t)
 {
 	perch_tls_free(t);
@@ -1472,6 +1537,7 @@ int main(void)
 		cmocka_unit_test(a_session_freed_off_its_loop_thread_takes_its_deadline_with_it),
 		cmocka_unit_test(a_session_ended_with_no_after_is_freed),
 		cmocka_unit_test(a_session_ended_while_its_flush_waits_on_an_in_memory_pipe_ends_once),
+		cmocka_unit_test(a_session_ended_then_closed_from_another_thread_ends_on_the_loop),
 		cmocka_unit_test(plaintext_ends_used_off_the_loop_thread_lose_nothing),
 		cmocka_unit_test(a_session_freed_by_its_readers_continuation_outlives_the_run),
 		cmocka_unit_test(a_session_freed_inside_its_first_run_outlives_it),
