@@ -71,6 +71,9 @@ struct perch_tls_ctx_opts {
  * that does not load or match), -ENOENT (a file that is not there; another
  * errno of stat(2) as it came), -ENOMEM. On failure `why` (when not NULL)
  * gets a line saying what was wrong, with OpenSSL's reason. Any thread.
+ * It empties the thread's OpenSSL error queue, as the engine's runs on
+ * the loop's thread may (perch_tls_new's first step is one): save what
+ * is queued first.
  */
 PERCH_API int perch_tls_ctx_new(const struct perch_tls_ctx_opts *opts, struct perch_tls_ctx **out,
 				char *why, size_t why_len);
@@ -133,8 +136,10 @@ PERCH_API struct perch_pipe_writer *perch_tls_writer(struct perch_tls *t);
  * freed. No close_notify is sent by this call: flush what was written,
  * then complete the plaintext writer (close_notify follows what was
  * flushed). On the loop's thread, or any thread while the loop is not
- * running: the session's memory then waits for the loop's next turn (or
- * perch_loop_free), which disarms its timers. NULL is ignored. On the kernel's path
+ * running (the caller's own synchronisation, a join or a lock, orders
+ * the call before the loop's next turn): the session's memory then waits
+ * for that turn (or perch_loop_free), which disarms its timers. NULL is
+ * ignored. On the kernel's path
  * (perch_tls_path), a control record still waiting for room in the
  * socket (a close_notify to a peer that stopped reading) is dropped.
  */
