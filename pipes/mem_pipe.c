@@ -139,9 +139,9 @@ static void free_spares(struct mem_seg *spares)
  * node can still fail (-ENOMEM), and the buffers from that one on are
  * dropped. Takes the chain either way.
  */
-static int publish(struct perch_pipe_writer *w, struct perch__txbuf *chain)
+static int publish(struct perch_conn *c, struct perch__txbuf *chain)
 {
-	struct perch__mem_pipe *mp = writer_pipe(w);
+	struct perch__mem_pipe *mp = c->transport;
 	struct mem_seg *spares = NULL;
 	for (struct perch__txbuf *b = chain; b; b = b->next) {
 		struct mem_seg *ms = calloc(1, sizeof(*ms));
@@ -163,7 +163,7 @@ static int publish(struct perch_pipe_writer *w, struct perch__txbuf *chain)
 		ms->seg.data = b->bytes;
 		ms->seg.len = b->len;
 		perch__faa_u64(&mp->unread, b->len);
-		if (perch__conn_recv_arrived(w->c, &ms->seg) != 0) {
+		if (perch__conn_recv_arrived(c, &ms->seg) != 0) {
 			perch__faa_u64(&mp->unread, (uint64_t)0 - b->len);
 			free(ms);
 			b->next = next;
@@ -210,9 +210,14 @@ int perch__mem_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *tas
 	if (perch__xchg_u32(&mp->cancel, 0))
 		return -ECANCELED;
 	size_t len;
-	struct perch__txbuf *chain = perch__conn_take_staged(w->c, &len);
-	if (chain && publish(w, chain) != 0)
-		return -ENOMEM;
+	struct perch_conn *c = w->c;
+	struct perch__txbuf *chain = perch__conn_take_staged(c, &len);
+	/*
+	 * The delivery may run the reader's continuation here, which may free
+	 * both ends (the writer `w` included): the pipe lives on this hold.
+	 */
+	perch__conn_ref(c);
+	int rc = chain ? publish(c, chain) : 0;
 	/*
 	 * Published, then looked: a reader that completed meanwhile discards
 	 * what it did not see. Room first, then the reader's end: complete()
@@ -221,9 +226,12 @@ int perch__mem_flush(struct perch_pipe_writer *w, struct perch_vtask_handle *tas
 	 */
 	perch__fence_rmw_then_load();
 	bool room = perch__load_u64(&mp->unread) < mp->pause;
-	if (perch__load_u32(&mp->reader_done))
-		return -EPIPE;
-	return room ? 0 : wait_for_room(mp, task);
+	if (rc == 0 && perch__load_u32(&mp->reader_done))
+		rc = -EPIPE;
+	else if (rc == 0 && !room)
+		rc = wait_for_room(mp, task);
+	perch__conn_unref(c);
+	return rc;
 }
 
 void perch__mem_writer_completed(struct perch_pipe_writer *w)
@@ -234,7 +242,7 @@ void perch__mem_writer_completed(struct perch_pipe_writer *w)
 	if (chain && perch__load_u32(&mp->reader_done))
 		perch__conn_free_chain(chain);
 	else if (chain)
-		publish(w, chain);
+		publish(w->c, chain);
 	perch__mem_wake_flush(mp, -EPIPE);
 	perch__conn_peer_closed(w->c);
 }

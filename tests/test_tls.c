@@ -794,6 +794,54 @@ static void a_session_ended_while_its_flush_waits_on_an_in_memory_pipe_ends_once
 	pair_free(p);
 }
 
+/* The client's reader continuation: frees the server, whose flush is delivering this very read, then ends the client. */
+struct free_both {
+	struct pair *p;
+	bool ran;
+};
+
+static void free_both_from_the_read(void *arg, int64_t result)
+{
+	(void)result;
+	struct free_both *f = arg;
+	f->ran = true;
+	perch_tls_free(f->p->server);
+	f->p->server = NULL;
+	perch_tls_end(f->p->client, count_after, NULL);
+	f->p->client = NULL;
+}
+
+/*
+ * Over in-memory pipes the server's ciphertext flush delivers to the
+ * client at once, inside that flush: the client's engine runs, and its
+ * reader's continuation frees both sessions, the flushing server's
+ * included. The flush and the server's engine must not touch the pipe,
+ * the writer or the session after that (ASan), and after() still runs
+ * once, on the loop's thread.
+ */
+static void both_sessions_freed_inside_the_flush_that_feeds_one(void **state)
+{
+	(void)state;
+	struct pair *p = pair_new("server", "ca.pem", "localhost");
+	assert_true(turn_until(p->loop, both_established, p));
+	end_loop_thread = pthread_self();
+	after_runs = after_runs_off_loop = 0;
+	struct free_both f = {.p = p};
+	struct perch_read_result r;
+	assert_int_equal(perch_pipe_read_or_wait(perch_tls_reader(p->client), &r, free_both_from_the_read, &f),
+			 PERCH_PENDING);
+	assert_int_equal(perch_pipe_write(perch_tls_writer(p->server), "x", 1), 0);
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_pipe_flush(perch_tls_writer(p->server), &h), PERCH_PENDING);
+	double end = now_ms() + 2000;
+	while (now_ms() < end && after_runs == 0)
+		perch_loop_run_once(p->loop, 5);
+	assert_true(f.ran);
+	assert_int_equal(after_runs, 1);
+	assert_int_equal(after_runs_off_loop, 0);
+	pair_free(p);
+}
+
 static struct perch_conn *adopted[2];
 
 static void on_adopted(struct perch_loop *loop, struct perch_conn *c, int result, void *arg)
@@ -1538,6 +1586,7 @@ int main(void)
 		cmocka_unit_test(a_session_ended_with_no_after_is_freed),
 		cmocka_unit_test(a_session_ended_while_its_flush_waits_on_an_in_memory_pipe_ends_once),
 		cmocka_unit_test(a_session_ended_then_closed_from_another_thread_ends_on_the_loop),
+		cmocka_unit_test(both_sessions_freed_inside_the_flush_that_feeds_one),
 		cmocka_unit_test(plaintext_ends_used_off_the_loop_thread_lose_nothing),
 		cmocka_unit_test(a_session_freed_by_its_readers_continuation_outlives_the_run),
 		cmocka_unit_test(a_session_freed_inside_its_first_run_outlives_it),
