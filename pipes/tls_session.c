@@ -357,7 +357,8 @@ void perch_tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg)
 		return;
 	}
 	perch__conn_ref(s->plain);   /* this call's: the free below may end the flush and drop the rest */
-	bool wait = s->cout_flushing;
+	/* A flush whose end the engine has not taken yet (it ended inside the engine's run) is over. */
+	bool wait = s->cout_flushing && !(perch__load_u32(&s->asks) & TLS_ASK_FLUSHED);
 	if (wait) {
 		/* Set before the free: an in-memory pipe's flush ends inside it, and runs after() there. */
 		s->after = after;

@@ -798,6 +798,7 @@ static void a_session_ended_while_its_flush_waits_on_an_in_memory_pipe_ends_once
 struct free_both {
 	struct pair *p;
 	bool ran;
+	int after_inside;   /* after() runs inside the end: the client's flush ended in the server's free */
 };
 
 static void free_both_from_the_read(void *arg, int64_t result)
@@ -808,6 +809,7 @@ static void free_both_from_the_read(void *arg, int64_t result)
 	perch_tls_free(f->p->server);
 	f->p->server = NULL;
 	perch_tls_end(f->p->client, count_after, NULL);
+	f->after_inside = after_runs;
 	f->p->client = NULL;
 }
 
@@ -816,14 +818,25 @@ static void free_both_from_the_read(void *arg, int64_t result)
  * client at once, inside that flush: the client's engine runs, and its
  * reader's continuation frees both sessions, the flushing server's
  * included. The flush and the server's engine must not touch the pipe,
- * the writer or the session after that (ASan), and after() still runs
- * once, on the loop's thread.
+ * the writer or the session after that (ASan). The client's own 1 MiB
+ * flush, waiting for a server that does not read, ends in the server's
+ * free: the client's end then has nothing to wait for, and runs after()
+ * inside the call, once, on the loop's thread.
  */
 static void both_sessions_freed_inside_the_flush_that_feeds_one(void **state)
 {
 	(void)state;
 	struct pair *p = pair_new("server", "ca.pem", "localhost");
 	assert_true(turn_until(p->loop, both_established, p));
+	size_t big = 1u << 20;
+	uint8_t *data = calloc(1, big);
+	struct perch_vtask_handle cf;
+	assert_int_equal(perch_pipe_write(perch_tls_writer(p->client), data, big), 0);
+	assert_int_equal(perch_pipe_flush(perch_tls_writer(p->client), &cf), PERCH_PENDING);
+	free(data);
+	for (int i = 0; i < 200 && !p->client->cout_flushing; i++)
+		perch_loop_run_once(p->loop, 1);
+	assert_true(p->client->cout_flushing);
 	end_loop_thread = pthread_self();
 	after_runs = after_runs_off_loop = 0;
 	struct free_both f = {.p = p};
@@ -837,6 +850,7 @@ static void both_sessions_freed_inside_the_flush_that_feeds_one(void **state)
 	while (now_ms() < end && after_runs == 0)
 		perch_loop_run_once(p->loop, 5);
 	assert_true(f.ran);
+	assert_int_equal(f.after_inside, 1);
 	assert_int_equal(after_runs, 1);
 	assert_int_equal(after_runs_off_loop, 0);
 	pair_free(p);
