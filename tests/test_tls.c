@@ -770,6 +770,24 @@ static void end_client_in_a_turn(struct pair *p, struct ending *e)
 	assert_int_equal(after_runs_off_loop, 0);
 }
 
+/* An established pair whose client flushed 1 MiB to a server that does not read: its ciphertext flush waits. */
+static struct pair *pair_with_a_client_flush_waiting(void)
+{
+	struct pair *p = pair_new("server", "ca.pem", "localhost");
+	assert_true(turn_until(p->loop, both_established, p));
+	size_t big = 1u << 20;
+	uint8_t *data = calloc(1, big);
+	struct perch_pipe_writer *w = perch_tls_writer(p->client);
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_pipe_write(w, data, big), 0);
+	assert_int_equal(perch_pipe_flush(w, &h), PERCH_PENDING);
+	free(data);
+	for (int i = 0; i < 200 && !p->client->cout_flushing; i++)
+		perch_loop_run_once(p->loop, 1);
+	assert_true(p->client->cout_flushing);
+	return p;
+}
+
 /*
  * Ended while its flush waits for room in an in-memory pipe: freeing the
  * pipe's writer fails that flush inside the end, which must find after()
@@ -778,17 +796,7 @@ static void end_client_in_a_turn(struct pair *p, struct ending *e)
 static void a_session_ended_while_its_flush_waits_on_an_in_memory_pipe_ends_once(void **state)
 {
 	(void)state;
-	struct pair *p = pair_new("server", "ca.pem", "localhost");
-	assert_true(turn_until(p->loop, both_established, p));
-	size_t big = 1u << 20;
-	uint8_t *data = calloc(1, big);
-	struct perch_pipe_writer *w = perch_tls_writer(p->client);
-	assert_int_equal(perch_pipe_write(w, data, big), 0);
-	struct perch_vtask_handle h;
-	assert_int_equal(perch_pipe_flush(w, &h), PERCH_PENDING);
-	free(data);
-	for (int i = 0; i < 200 && !p->client->cout_flushing; i++)
-		perch_loop_run_once(p->loop, 1);
+	struct pair *p = pair_with_a_client_flush_waiting();
 	struct ending e = {0};
 	end_client_in_a_turn(p, &e);
 	pair_free(p);
@@ -826,17 +834,7 @@ static void free_both_from_the_read(void *arg, int64_t result)
 static void both_sessions_freed_inside_the_flush_that_feeds_one(void **state)
 {
 	(void)state;
-	struct pair *p = pair_new("server", "ca.pem", "localhost");
-	assert_true(turn_until(p->loop, both_established, p));
-	size_t big = 1u << 20;
-	uint8_t *data = calloc(1, big);
-	struct perch_vtask_handle cf;
-	assert_int_equal(perch_pipe_write(perch_tls_writer(p->client), data, big), 0);
-	assert_int_equal(perch_pipe_flush(perch_tls_writer(p->client), &cf), PERCH_PENDING);
-	free(data);
-	for (int i = 0; i < 200 && !p->client->cout_flushing; i++)
-		perch_loop_run_once(p->loop, 1);
-	assert_true(p->client->cout_flushing);
+	struct pair *p = pair_with_a_client_flush_waiting();
 	end_loop_thread = pthread_self();
 	after_runs = after_runs_off_loop = 0;
 	struct free_both f = {.p = p};
