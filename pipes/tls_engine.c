@@ -60,11 +60,16 @@ static void cipher_ready(void *arg, int64_t result)
 static void cipher_flushed(void *arg, int64_t result)
 {
 	struct perch_tls *s = arg;
+	/*
+	 * perch_tls_end's after() runs on the loop's thread: elsewhere, the
+	 * kick posted below runs it. Freed before the kick, or this is not the
+	 * flush the end waits for: the kick's run may start another and end.
+	 */
+	bool ended = perch__loop_is_current(s->loop) && s->freed;
 	perch__store_u32((uint32_t *)&s->flush_result, (uint32_t)(int32_t)result);
 	perch__for_u32(&s->asks, TLS_ASK_FLUSHED);
 	perch__tls_kick(s);
-	/* perch_tls_end's after() runs on the loop's thread: elsewhere, the kick just posted runs it. */
-	if (perch__loop_is_current(s->loop) && s->freed)
+	if (ended && !s->end_flushing)
 		perch__tls_run_after(s);
 	perch__conn_unref(s->plain);   /* the waited flush's */
 }
@@ -377,6 +382,27 @@ void perch__tls_close_notify_now(struct perch_tls *s)
 	else
 		perch__tls_kick_later(s);   /* what take_asks took, and a close_notify that had to wait */
 	perch__conn_unref(s->plain);
+}
+
+bool perch__tls_end_notify_waits(struct perch_tls *s)
+{
+	PERCH_ASSERT(s->freed && s->notify_at_end);
+	s->notify_at_end = false;
+	/* Taken, so that a kick before the close_notify's own flush ends does not run after() early. */
+	uint32_t asks = perch__xchg_u32(&s->asks, 0);
+	if (!(asks & TLS_ASK_FLUSHED) || perch__load_u32((uint32_t *)&s->flush_result) != 0)
+		return false;   /* out of time, or the flush failed: the peer sees no clean end */
+	s->cout_flushing = false;
+	s->close_notify_wanted = true;
+	send_close_notify(s);
+	if (s->state != TLS_OPEN)
+		return false;   /* failing, it disarmed the deadline: no flush may wait without one */
+	s->end_flushing = true;   /* a flush that ends inside its call leaves after() to this caller */
+	flush_cipher(s);
+	s->end_flushing = false;
+	if (s->cout_flushing && (perch__xchg_u32(&s->asks, 0) & TLS_ASK_FLUSHED))
+		s->cout_flushing = false;
+	return s->cout_flushing;
 }
 
 void perch__tls_run_held(struct perch_tls *s)

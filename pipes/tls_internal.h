@@ -84,6 +84,8 @@ struct perch_tls {
 	bool running, again, in_send, freed;
 	bool timer_started, fail_unreported;
 	bool after_timer;                /* the timer holds a reference for perch_tls_end */
+	bool notify_at_end;              /* perch_tls_end's close_notify follows the flush it waits for */
+	bool end_flushing;               /* inside that close_notify's flush call */
 	bool timers_left;                /* freed off the loop's thread: the kick disarms the timers */
 	bool cin_have, cin_parked, cin_eof;
 	bool cout_flushing;
@@ -194,6 +196,13 @@ void perch__tls_run_held(struct perch_tls *s);
  * OpenSSL call), so that a session's end sends it before its close.
  */
 void perch__tls_close_notify_now(struct perch_tls *s);
+/*
+ * Freed by perch_tls_end while a flush waited, with a close_notify owed:
+ * once that flush ended well, stages close_notify and flushes it. True
+ * while that flush waits (its end runs after() again); false when there
+ * is nothing more to wait for.
+ */
+bool perch__tls_end_notify_waits(struct perch_tls *s);
 
 /* Ends a plaintext flush's chain: every held chain back to the core with `result`. */
 void perch__tls_drop_sends(struct perch_tls *s, int result);

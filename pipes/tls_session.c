@@ -158,12 +158,19 @@ static const struct perch__transport_ops tls_ops = {
 
 /* ---- handshake deadline ---- */
 
+/* perch_tls_end's deadline passed, or could not be set: after() runs, and no close_notify starts now. */
+static void end_out_of_time(struct perch_tls *s)
+{
+	s->notify_at_end = false;
+	perch__tls_run_after(s);
+}
+
 /* The session's first timer: the handshake's deadline, then perch_tls_end's. */
 static void handshake_late(struct perch_timer *t, void *arg)
 {
 	struct perch_tls *s = arg;
 	if (s->freed) {
-		perch__tls_run_after(s);
+		end_out_of_time(s);
 		return;
 	}
 	if (s->state != TLS_HANDSHAKE)
@@ -307,11 +314,35 @@ int perch_tls_new(struct perch_tls_ctx *ctx, struct perch_loop *loop,
 	return 0;
 }
 
+/*
+ * What a close_notify needs: the ciphertext writer, OpenSSL's session and
+ * their contexts. Once: an in-memory pipe's writer ends its flush inside
+ * its free, which may run after(), which comes here again.
+ */
+static void free_cipher_side(struct perch_tls *s)
+{
+	SSL *ssl = s->ssl;
+	struct perch_pipe_writer *cw = s->cw;
+	if (!ssl)
+		return;
+	s->ssl = NULL;
+	s->cw = NULL;
+	perch_pipe_writer_free(cw);
+	/* OpenSSL takes a session freed before close_notify for a failed one, not to be resumed. */
+	if (s->state == TLS_OPEN)
+		SSL_set_shutdown(ssl, SSL_SENT_SHUTDOWN);
+	SSL_free(ssl);
+	OPENSSL_cleanse(&s->ktls_keys, sizeof(s->ktls_keys));   /* handed over, and never switched to */
+	perch_tls_ctx_free(s->sni_ctx);
+	perch_tls_ctx_free(s->ctx);
+}
+
 void perch_tls_free(struct perch_tls *t)
 {
 	if (!t || t->freed)
 		return;
 	struct perch_tls *s = t;
+	bool owes_notify = s->notify_at_end;   /* a flush ending inside this free may send it and clear it */
 	s->freed = true;
 	if (!stop_timers(s))
 		perch__tls_kick_later(s);   /* its reference keeps the timers' memory until it disarms them */
@@ -320,15 +351,9 @@ void perch_tls_free(struct perch_tls *t)
 	perch_conn_close(s->plain);
 	perch__tls_drop_sends(s, -EPIPE);
 	perch_pipe_reader_free(s->cr);   /* a parked ciphertext read is canceled here */
-	perch_pipe_writer_free(s->cw);
-	/* OpenSSL takes a session freed before close_notify for a failed one, not to be resumed. */
-	if (s->state == TLS_OPEN)
-		SSL_set_shutdown(s->ssl, SSL_SENT_SHUTDOWN);
-	SSL_free(s->ssl);
-	s->ssl = NULL;
-	OPENSSL_cleanse(&s->ktls_keys, sizeof(s->ktls_keys));   /* handed over, and never switched to */
-	perch_tls_ctx_free(s->sni_ctx);
-	perch_tls_ctx_free(s->ctx);
+	s->cr = NULL;
+	if (!owes_notify)
+		free_cipher_side(s);
 	perch__conn_unref(s->plain);
 }
 
@@ -336,16 +361,29 @@ void perch__tls_run_after(struct perch_tls *s)
 {
 	void (*after)(void *) = s->after;
 	void *arg = s->after_arg;
-	if (!after)
+	if (!after || (s->notify_at_end && perch__tls_end_notify_waits(s)))
 		return;
 	s->after = NULL;
 	bool timer_held = s->after_timer;
 	s->after_timer = false;
-	if (perch_timer_is_armed(&s->timer))
-		perch_timer_stop(&s->timer);
+	stop_timers(s);   /* the close_notify's retry too, on the kernel's path */
+	/* Taken first: the free may end a flush, whose completion then finds after() gone. */
+	free_cipher_side(s);
 	after(arg);
 	if (timer_held)
 		perch__conn_unref(s->plain);   /* the timer's, last: s may go with it */
+}
+
+/*
+ * The plaintext writer completed and every byte flushed to the session
+ * is in records already: the peer is owed a close_notify after them. A
+ * chain not yet encrypted would make the stream it ends a cut one.
+ */
+static bool close_notify_owed(const struct perch_tls *s)
+{
+	bool asked = s->close_notify_wanted || (perch__load_u32(&s->asks) & TLS_ASK_CLOSE_NOTIFY);
+	return asked && !s->close_notify_sent && s->state == TLS_OPEN && !s->io_error &&
+	       (!s->tx || s->tx_encrypted) && !perch__load_ptr((void *const *)&s->tx_in);
 }
 
 void perch_tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg)
@@ -357,8 +395,8 @@ void perch_tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg)
 		return;
 	}
 	perch__conn_ref(s->plain);   /* this call's: the free below may end the flush and drop the rest */
-	/* A flush whose end the engine has not taken yet (it ended inside the engine's run) is over. */
-	bool wait = s->cout_flushing && !(perch__load_u32(&s->asks) & TLS_ASK_FLUSHED);
+	s->notify_at_end = s->cout_flushing && close_notify_owed(s);
+	bool wait = s->cout_flushing;
 	if (wait) {
 		/* Set before the free: an in-memory pipe's flush ends inside it, and runs after() there. */
 		s->after = after;
@@ -370,7 +408,9 @@ void perch_tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg)
 	if (!wait)
 		after(arg);
 	else if (s->after && perch_timer_start(&s->timer, PERCH_TLS_END_MS) != 0)
-		perch__tls_run_after(s);
+		end_out_of_time(s);
+	else if (s->after && (perch__load_u32(&s->asks) & TLS_ASK_FLUSHED))
+		perch__tls_run_after(s);   /* it ended inside the free, or in a run that left its end */
 	perch__conn_unref(s->plain);
 }
 

@@ -770,12 +770,11 @@ static void end_client_in_a_turn(struct pair *p, struct ending *e)
 	assert_int_equal(after_runs_off_loop, 0);
 }
 
-/* An established pair whose client flushed 1 MiB to a server that does not read: its ciphertext flush waits. */
-static struct pair *pair_with_a_client_flush_waiting(void)
+/* An established pair whose client flushed `big` bytes to a server that does not read: its ciphertext flush waits. */
+static struct pair *pair_with_a_client_flush_waiting(size_t big)
 {
 	struct pair *p = pair_new("server", "ca.pem", "localhost");
 	assert_true(turn_until(p->loop, both_established, p));
-	size_t big = 1u << 20;
 	uint8_t *data = calloc(1, big);
 	struct perch_pipe_writer *w = perch_tls_writer(p->client);
 	struct perch_vtask_handle h;
@@ -796,17 +795,113 @@ static struct pair *pair_with_a_client_flush_waiting(void)
 static void a_session_ended_while_its_flush_waits_on_an_in_memory_pipe_ends_once(void **state)
 {
 	(void)state;
-	struct pair *p = pair_with_a_client_flush_waiting();
+	struct pair *p = pair_with_a_client_flush_waiting(1u << 20);
 	struct ending e = {0};
 	end_client_in_a_turn(p, &e);
+	pair_free(p);
+}
+
+/*
+ * With the client's flush waiting: completes its writer and ends it
+ * inside a turn while its flush waits (after() has run once then, or not
+ * yet: after_ran).
+ */
+static void complete_and_end(struct pair *p, int after_ran)
+{
+	assert_int_equal(perch_pipe_writer_complete(perch_tls_writer(p->client)), 0);
+	end_loop_thread = pthread_self();
+	after_runs = after_runs_off_loop = 0;
+	struct ending e = {.client = p->client};
+	p->client = NULL;
+	assert_int_equal(perch_loop_post(p->loop, end_in_a_turn, &e), 0);
+	for (int i = 0; i < 1000 && !e.done; i++)
+		perch_loop_run_once(p->loop, 1);
+	assert_true(e.done);
+	assert_true(e.waited);
+	assert_int_equal(after_runs, after_ran);
+}
+
+/* The same, then the server reads to the end: the bytes it read, *end how. */
+static size_t complete_end_and_read_all(struct pair *p, int after_ran, struct got *end)
+{
+	complete_and_end(p, after_ran);
+	static uint8_t buf[64 * 1024];
+	size_t total = 0;
+	do {
+		*end = read_some(p, p->server, buf, sizeof(buf));
+		total += end->len;
+	} while (!end->completed && !end->error);
+	return total;
+}
+
+/*
+ * The client completes its writer while 128 KiB of plaintext, all in
+ * records, wait to be flushed to a server that does not read, and ends
+ * at once: the close_notify that could not follow yet goes after that
+ * flush, so the server reads every byte and then a clean end, not a
+ * truncation. after() runs once, on the loop's thread, only then.
+ */
+static void an_end_right_after_the_writers_complete_still_sends_close_notify(void **state)
+{
+	(void)state;
+	size_t big = 128u * 1024u;   /* under what the engine stages before it waits */
+	struct pair *p = pair_with_a_client_flush_waiting(big);
+	struct got g;
+	size_t total = complete_end_and_read_all(p, 0, &g);   /* after() waits for the server */
+	assert_int_equal(g.error, 0);
+	assert_int_equal(total, big);
+	for (int i = 0; i < 100 && after_runs == 0; i++)
+		perch_loop_run_once(p->loop, 1);
+	assert_int_equal(after_runs, 1);
+	assert_int_equal(after_runs_off_loop, 0);
+	pair_free(p);
+}
+
+/*
+ * The same with 1 MiB flushed: the engine stages 256 KiB before it waits,
+ * so the rest is not in records when the session ends, and is dropped.
+ * The peer must see the stream fail, not a close_notify after the part
+ * that left.
+ */
+static void an_end_before_the_last_flush_is_in_records_is_truncation(void **state)
+{
+	(void)state;
+	struct pair *p = pair_with_a_client_flush_waiting(1u << 20);
+	struct got g;
+	size_t total = complete_end_and_read_all(p, 1, &g);   /* nothing to wait for: the free fails the flush */
+	assert_int_equal(g.error, -EPIPE);   /* the ciphertext writer freed, not completed */
+	assert_true(total < (1u << 20));
+	pair_free(p);
+}
+
+/*
+ * The same, but the server never reads: the end's deadline passes with
+ * close_notify still owed. after() runs once, when it passes, and the
+ * session's memory outlives what its free ends (ASan: over an in-memory
+ * pipe the writer's free fails its flush, whose completion comes back).
+ */
+static void an_end_whose_flush_never_ends_runs_after_once_at_its_deadline(void **state)
+{
+	(void)state;
+	struct pair *p = pair_with_a_client_flush_waiting(128u * 1024u);
+	complete_and_end(p, 0);
+	double start = now_ms();
+	while (now_ms() < start + PERCH_TLS_END_MS + 200 && after_runs == 0)
+		perch_loop_run_once(p->loop, 5);
+	assert_true(now_ms() - start >= PERCH_TLS_END_MS - 50);
+	for (int i = 0; i < 4; i++)
+		perch_loop_run_once(p->loop, 1);
+	assert_int_equal(after_runs, 1);
+	assert_int_equal(after_runs_off_loop, 0);
 	pair_free(p);
 }
 
 /* The client's reader continuation: frees the server, whose flush is delivering this very read, then ends the client. */
 struct free_both {
 	struct pair *p;
+	bool client_first;  /* the client's end before the server's free */
 	bool ran;
-	int after_inside;   /* after() runs inside the end: the client's flush ended in the server's free */
+	int after_inside;   /* after() runs inside: the client's flush ended in the server's free */
 };
 
 static void free_both_from_the_read(void *arg, int64_t result)
@@ -814,11 +909,39 @@ static void free_both_from_the_read(void *arg, int64_t result)
 	(void)result;
 	struct free_both *f = arg;
 	f->ran = true;
+	if (f->client_first)
+		perch_tls_end(f->p->client, count_after, NULL);
 	perch_tls_free(f->p->server);
 	f->p->server = NULL;
-	perch_tls_end(f->p->client, count_after, NULL);
+	if (!f->client_first)
+		perch_tls_end(f->p->client, count_after, NULL);
 	f->after_inside = after_runs;
 	f->p->client = NULL;
+}
+
+/* A pair whose client flushed `big` bytes (its writer then completed, or not) frees both inside the client's read. */
+static void free_both_inside_a_read(size_t big, bool complete, bool client_first)
+{
+	struct pair *p = pair_with_a_client_flush_waiting(big);
+	if (complete)
+		assert_int_equal(perch_pipe_writer_complete(perch_tls_writer(p->client)), 0);
+	end_loop_thread = pthread_self();
+	after_runs = after_runs_off_loop = 0;
+	struct free_both f = {.p = p, .client_first = client_first};
+	struct perch_read_result r;
+	assert_int_equal(perch_pipe_read_or_wait(perch_tls_reader(p->client), &r, free_both_from_the_read, &f),
+			 PERCH_PENDING);
+	assert_int_equal(perch_pipe_write(perch_tls_writer(p->server), "x", 1), 0);
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_pipe_flush(perch_tls_writer(p->server), &h), PERCH_PENDING);
+	double end = now_ms() + 2000;
+	while (now_ms() < end && after_runs == 0)
+		perch_loop_run_once(p->loop, 5);
+	assert_true(f.ran);
+	assert_int_equal(f.after_inside, 1);
+	assert_int_equal(after_runs, 1);
+	assert_int_equal(after_runs_off_loop, 0);
+	pair_free(p);
 }
 
 /*
@@ -834,24 +957,18 @@ static void free_both_from_the_read(void *arg, int64_t result)
 static void both_sessions_freed_inside_the_flush_that_feeds_one(void **state)
 {
 	(void)state;
-	struct pair *p = pair_with_a_client_flush_waiting();
-	end_loop_thread = pthread_self();
-	after_runs = after_runs_off_loop = 0;
-	struct free_both f = {.p = p};
-	struct perch_read_result r;
-	assert_int_equal(perch_pipe_read_or_wait(perch_tls_reader(p->client), &r, free_both_from_the_read, &f),
-			 PERCH_PENDING);
-	assert_int_equal(perch_pipe_write(perch_tls_writer(p->server), "x", 1), 0);
-	struct perch_vtask_handle h;
-	assert_int_equal(perch_pipe_flush(perch_tls_writer(p->server), &h), PERCH_PENDING);
-	double end = now_ms() + 2000;
-	while (now_ms() < end && after_runs == 0)
-		perch_loop_run_once(p->loop, 5);
-	assert_true(f.ran);
-	assert_int_equal(f.after_inside, 1);
-	assert_int_equal(after_runs, 1);
-	assert_int_equal(after_runs_off_loop, 0);
-	pair_free(p);
+	free_both_inside_a_read(1u << 20, false, false);
+}
+
+/*
+ * The same, the client ended first (inside its engine's run), owing a
+ * close_notify after its 128 KiB: the server's free then fails the
+ * flush the end waits for, and after() runs there, not at the deadline.
+ */
+static void an_end_inside_the_run_whose_flush_fails_there_runs_after_at_once(void **state)
+{
+	(void)state;
+	free_both_inside_a_read(128u * 1024u, true, true);
 }
 
 static struct perch_conn *adopted[2];
@@ -980,8 +1097,13 @@ struct echo {
 	struct perch_session *s;
 	struct perch_pipe_reader *r;
 	struct perch_pipe_writer *w;
+	bool quiet;   /* writes nothing back: only counts what it read, and how the stream ended */
 	bool ended;
 };
+
+/* A quiet echo's: the bytes it read, and how its stream ended (1: clean, else the error). */
+static size_t counted;
+static int counted_end;
 
 static void echo_run(struct echo *e);
 
@@ -1011,7 +1133,9 @@ static void echo_run(struct echo *e)
 			return;
 		if (rc == 0 && r.len && e->s)
 			note_served_path(e->s);
-		if (rc == 0 && r.len) {
+		if (rc == 0 && e->quiet)
+			__atomic_add_fetch(&counted, r.len, __ATOMIC_RELAXED);
+		if (rc == 0 && r.len && !e->quiet) {
 			uint8_t *copy = malloc(r.len);
 			perch_segs_copy(&r, 0, copy, r.len);
 			rc = perch_pipe_write(e->w, copy, r.len);
@@ -1020,9 +1144,14 @@ static void echo_run(struct echo *e)
 		if (rc == 0)
 			rc = perch_pipe_advance_to(e->r, r.len, r.len);
 		if (rc != 0 || r.completed || r.error || r.closed) {
+			if (e->quiet)
+				__atomic_store_n(&counted_end, rc ? rc : r.error ? r.error : r.completed ? 1 : -EPIPE,
+						 __ATOMIC_RELEASE);
 			echo_end(e);
 			return;
 		}
+		if (e->quiet)
+			continue;
 		rc = perch_pipe_flush_or_wait(e->w, echo_next, e);
 		if (rc == PERCH_PENDING)
 			return;
@@ -1038,6 +1167,14 @@ static void echo_start(struct perch_session *s, struct perch_pipe_reader *r,
 {
 	struct echo *e = perch_session_state(s);
 	*e = (struct echo){.s = s, .r = r, .w = w};
+	echo_run(e);
+}
+
+static void quiet_start(struct perch_session *s, struct perch_pipe_reader *r,
+			struct perch_pipe_writer *w, void *app)
+{
+	struct echo *e = perch_session_state(s);
+	*e = (struct echo){.s = s, .r = r, .w = w, .quiet = true};
 	echo_run(e);
 }
 
@@ -1071,27 +1208,40 @@ static int kernel_takes_tls(void)
 	return rc;
 }
 
-static void a_tls_server_echoes_a_perch_client_over_tcp(void **state)
+/*
+ * A TLS server whose sessions start with `start` (state_size bytes of
+ * state), and a pair holding a perch client session over TCP to it, on
+ * a loop the test turns; *c is the client's connection.
+ */
+static struct pair *tcp_client(perch_session_start_fn start, size_t state_size,
+			       struct perch_server **srv, struct perch_conn **c)
 {
-	__atomic_store_n(&served_noted, 0, __ATOMIC_RELAXED);
 	struct perch_tls_ctx *sctx = server_ctx("server", "http/1.1");
-	struct perch_server_opts so = {.start = echo_start, .state_size = sizeof(struct echo),
+	struct perch_server_opts so = {.start = start, .state_size = state_size,
 				       .tls = sctx, .loop = {.backend = backend}};
-	struct perch_server *srv;
-	assert_int_equal(perch_server_start(&so, &srv), 0);
+	assert_int_equal(perch_server_start(&so, srv), 0);
 	perch_tls_ctx_free(sctx);   /* the server keeps its own reference */
 	struct pair *p = calloc(1, sizeof(*p));
 	pair_loop(p);
 	p->cctx = client_ctx("ca.pem", "http/1.1");
-	struct perch_conn *c = NULL;
-	assert_int_equal(perch_connect(p->loop, "127.0.0.1", perch_server_port(srv), NULL, connected, &c), 0);
-	assert_true(turn_until(p->loop, conn_there, &c));
+	*c = NULL;
+	assert_int_equal(perch_connect(p->loop, "127.0.0.1", perch_server_port(*srv), NULL, connected, c), 0);
+	assert_true(turn_until(p->loop, conn_there, c));
 	struct perch_pipe_reader *cr;
 	struct perch_pipe_writer *cw;
-	assert_int_equal(perch_pipe_reader_new(c, &cr), 0);
-	assert_int_equal(perch_pipe_writer_new(c, &cw), 0);
+	assert_int_equal(perch_pipe_reader_new(*c, &cr), 0);
+	assert_int_equal(perch_pipe_writer_new(*c, &cw), 0);
 	struct perch_tls_opts co = {.server_name = "localhost"};
 	assert_int_equal(perch_tls_new(p->cctx, p->loop, cr, cw, &co, &p->client), 0);
+	return p;
+}
+
+static void a_tls_server_echoes_a_perch_client_over_tcp(void **state)
+{
+	__atomic_store_n(&served_noted, 0, __ATOMIC_RELAXED);
+	struct perch_server *srv;
+	struct perch_conn *c;
+	struct pair *p = tcp_client(echo_start, sizeof(struct echo), &srv, &c);
 	assert_int_equal(write_flush(p, p->client, "over tcp", 8), 0);
 	assert_reads(p, p->client, "over tcp");
 	assert_string_equal(perch_tls_alpn(p->client), "http/1.1");
@@ -1142,6 +1292,73 @@ static void a_tls_server_echoes_a_perch_client_over_tcp(void **state)
 	perch_tls_free(p->client);
 	p->client = NULL;
 	perch_conn_release(c);
+	pair_free(p);
+	assert_int_equal(perch_server_stop(srv, 1000, NULL), 0);
+}
+
+static bool stream_counted(void *arg)
+{
+	return __atomic_load_n(&counted_end, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* The client's handshake done and its last flight flushed: its next flush is encrypted at once. */
+static bool client_established_and_flushed(void *arg)
+{
+	struct perch_tls *t = ((struct pair *)arg)->client;
+	return perch_tls_established(t) && !t->cout_flushing;
+}
+
+/* Inside a turn: flush 128 KiB, complete the writer, end the session and close its connection after. */
+struct last_words {
+	struct pair *p;
+	struct perch_conn *c;
+	bool waited, done;
+};
+
+static void release_conn(void *arg)
+{
+	perch_conn_release(arg);
+}
+
+static void say_last_words(void *arg)
+{
+	struct last_words *l = arg;
+	enum { BIG = 32 * 1024 };
+	static uint8_t data[BIG];
+	struct perch_pipe_writer *w = perch_tls_writer(l->p->client);
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_pipe_write(w, data, BIG), 0);
+	int rc = perch_pipe_flush(w, &h);
+	assert_true(rc == 0 || rc == PERCH_PENDING);
+	assert_int_equal(perch_pipe_writer_complete(w), 0);
+	l->waited = l->p->client->cout_flushing;
+	perch_tls_end(l->p->client, release_conn, l->c);
+	l->p->client = NULL;
+	l->done = true;
+}
+
+/*
+ * Over TCP the usual ending: the last answer flushed, the writer
+ * completed and the session ended at once, its connection closed in
+ * after(). On io_uring the answer, in records already, is still being
+ * sent then; the server must read all of it and then close_notify, a
+ * clean end.
+ */
+static void a_session_ended_as_its_last_flush_leaves_ends_cleanly_over_tcp(void **state)
+{
+	__atomic_store_n(&counted, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&counted_end, 0, __ATOMIC_RELAXED);
+	struct perch_server *srv;
+	struct perch_conn *c;
+	struct pair *p = tcp_client(quiet_start, sizeof(struct echo), &srv, &c);
+	assert_true(turn_until(p->loop, client_established_and_flushed, p));
+	struct last_words l = {.p = p, .c = c};
+	assert_int_equal(perch_loop_post(p->loop, say_last_words, &l), 0);
+	assert_true(turn_until(p->loop, stream_counted, NULL));
+	assert_true(l.done);
+	assert_true(l.waited || backend == PERCH_BACKEND_EPOLL);
+	assert_int_equal(__atomic_load_n(&counted, __ATOMIC_RELAXED), 32 * 1024);
+	assert_int_equal(__atomic_load_n(&counted_end, __ATOMIC_ACQUIRE), 1);
 	pair_free(p);
 	assert_int_equal(perch_server_stop(srv, 1000, NULL), 0);
 }
@@ -1598,7 +1815,11 @@ int main(void)
 		cmocka_unit_test(a_session_ended_with_no_after_is_freed),
 		cmocka_unit_test(a_session_ended_while_its_flush_waits_on_an_in_memory_pipe_ends_once),
 		cmocka_unit_test(a_session_ended_then_closed_from_another_thread_ends_on_the_loop),
+		cmocka_unit_test(an_end_right_after_the_writers_complete_still_sends_close_notify),
+		cmocka_unit_test(an_end_before_the_last_flush_is_in_records_is_truncation),
+		cmocka_unit_test(an_end_whose_flush_never_ends_runs_after_once_at_its_deadline),
 		cmocka_unit_test(both_sessions_freed_inside_the_flush_that_feeds_one),
+		cmocka_unit_test(an_end_inside_the_run_whose_flush_fails_there_runs_after_at_once),
 		cmocka_unit_test(plaintext_ends_used_off_the_loop_thread_lose_nothing),
 		cmocka_unit_test(a_session_freed_by_its_readers_continuation_outlives_the_run),
 		cmocka_unit_test(a_session_freed_inside_its_first_run_outlives_it),
@@ -1606,6 +1827,7 @@ int main(void)
 		cmocka_unit_test(a_record_sized_write_on_the_loop_leaves_as_one_record),
 		cmocka_unit_test(records_openssl_holds_are_read_without_more_ciphertext),
 		cmocka_unit_test(a_tls_server_echoes_a_perch_client_over_tcp),
+		cmocka_unit_test(a_session_ended_as_its_last_flush_leaves_ends_cleanly_over_tcp),
 		cmocka_unit_test(a_server_refuses_a_client_context_and_keeps_nothing),
 		cmocka_unit_test(bad_contexts_are_refused_saying_why),
 	};

@@ -781,6 +781,69 @@ static void keys_the_kernel_refuses_fail_the_session_saying_why(void **state)
 	assert_int_equal(k.set_tx_calls, 1);
 }
 
+/* perch_tls_end's after(): how often it ran. */
+static int ended;
+
+static void count_end(void *arg)
+{
+	(void)arg;
+	ended++;
+}
+
+/* Inside a turn: 128 KiB flushed, the writer completed, the session ended; whether a flush waited then. */
+struct last_words {
+	struct perch_tls *tls;
+	bool waited, done;
+};
+
+static void say_last_words(void *arg)
+{
+	struct last_words *l = arg;
+	enum { BIG = 128 * 1024 };
+	static uint8_t data[BIG];
+	struct perch_pipe_writer *w = perch_tls_writer(l->tls);
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_pipe_write(w, data, BIG), 0);
+	int rc = perch_pipe_flush(w, &h);
+	assert_true(rc == 0 || rc == PERCH_PENDING);
+	assert_int_equal(perch_pipe_writer_complete(w), 0);
+	l->waited = l->tls->cout_flushing;
+	k.ctrl_eagain = 1000000;   /* the close_notify will find no room */
+	perch_tls_end(l->tls, count_end, NULL);
+	l->done = true;
+}
+
+/*
+ * Ended while its last flush is in flight, with close_notify owed: once
+ * that flush ended the close_notify, a control record, finds no room in
+ * the socket, so a timer would retry it. The end gives up on it instead:
+ * after() runs once and the session goes with no timer armed (ASan).
+ */
+static void an_end_whose_close_notify_finds_no_room_leaves_no_timer(void **state)
+{
+	struct client c = {0};
+	struct side s = {0};
+	the_client = &c;
+	k.ulp_answer = k.set_tx_answer = k.ctrl_eagain = k.ctrl_partial = 0;
+	side_start(&s, &c);
+	turn_until(&s, client_connected);
+	assert_int_equal(perch_tls_path(s.tls), PERCH_TLS_PATH_KERNEL_TX);
+	assert_int_equal(write_flush(&s, "hello from perch", 16), 0);
+	expect_read(&s, "and from the client");
+	ended = 0;
+	struct last_words l = {.tls = s.tls};
+	s.tls = NULL;
+	assert_int_equal(perch_loop_post(s.loop, say_last_words, &l), 0);
+	double end = now_ms() + 100;   /* fifty retries' time */
+	while (now_ms() < end)
+		perch_loop_run_once(s.loop, 2);
+	assert_true(l.done);
+	assert_true(l.waited || backend == PERCH_BACKEND_EPOLL);
+	assert_int_equal(ended, 1);
+	k.ctrl_eagain = 0;
+	side_end(&s, true);
+}
+
 /* 0 when a connected loopback TCP socket takes TCP_ULP "tls", else -errno (ENOENT: no CONFIG_TLS). */
 static int kernel_takes_tls(void)
 {
@@ -813,6 +876,7 @@ int main(void)
 		cmocka_unit_test(a_socket_refusing_the_ulp_stays_in_userspace),
 		cmocka_unit_test(a_cipher_the_kernel_does_not_take_stays_in_userspace),
 		cmocka_unit_test(keys_the_kernel_refuses_fail_the_session_saying_why),
+		cmocka_unit_test(an_end_whose_close_notify_finds_no_room_leaves_no_timer),
 	};
 	int rc = real ? kernel_takes_tls() : 0;
 	if (rc != 0) {
