@@ -39,6 +39,8 @@ void perch__tls_drop_sends(struct perch_tls *s, int result)
 		s->has_deferred = false;
 		perch__conn_send_done(s->plain, s->deferred, s->deferred_result);
 	}
+	if (s->ending)
+		return;   /* perch_tls_end still sends them */
 	if (s->tx)
 		send_done(s, result);
 	struct perch__txbuf *chain = perch__xchg_ptr((void **)&s->tx_in, NULL);
@@ -99,7 +101,7 @@ static void established(struct perch_tls *s)
 	s->state = TLS_OPEN;
 	s->established = true;
 	perch__tls_choose_path(s);
-	if (perch_timer_is_armed(&s->timer))
+	if (!s->freed && perch_timer_is_armed(&s->timer))   /* freed, it is perch_tls_end's deadline */
 		perch_timer_stop(&s->timer);
 }
 
@@ -384,25 +386,58 @@ void perch__tls_close_notify_now(struct perch_tls *s)
 	perch__conn_unref(s->plain);
 }
 
-bool perch__tls_end_notify_waits(struct perch_tls *s)
+/* The end's waited flush ended (or none was under way): whether it ended well. Takes every ask. */
+static bool end_flush_ended_well(struct perch_tls *s)
 {
-	PERCH_ASSERT(s->freed && s->notify_at_end);
-	s->notify_at_end = false;
-	/* Taken, so that a kick before the close_notify's own flush ends does not run after() early. */
+	/* Taken, so that a kick before the next flush ends does not run after() early. */
 	uint32_t asks = perch__xchg_u32(&s->asks, 0);
+	if (asks & TLS_ASK_CLOSE_NOTIFY)
+		s->close_notify_wanted = true;
+	if (!s->cout_flushing)
+		return true;
 	if (!(asks & TLS_ASK_FLUSHED) || perch__load_u32((uint32_t *)&s->flush_result) != 0)
-		return false;   /* out of time, or the flush failed: the peer sees no clean end */
+		return false;   /* it still waits, or it failed: the peer sees no clean end */
 	s->cout_flushing = false;
-	s->close_notify_wanted = true;
+	return true;
+}
+
+/* Stages the records of what is left to send, chain after chain, until some are staged or none is left. */
+static void end_encrypt(struct perch_tls *s)
+{
+	for (;;) {
+		if (!s->tx && perch__load_ptr((void **)&s->tx_in))
+			s->tx = s->tx_at = perch__xchg_ptr((void **)&s->tx_in, NULL);
+		encrypt(s);
+		if (!s->tx || perch_pipe_writer_staged(s->cw) > 0)
+			return;
+		finish_send(s);   /* all in records, and they left */
+		if (s->tx)
+			return;       /* OpenSSL took nothing more */
+	}
+}
+
+/* One round of the end: records of what is left, close_notify after them, flushed. Whether it flushed any. */
+static bool end_round(struct perch_tls *s)
+{
+	end_encrypt(s);
 	send_close_notify(s);
-	if (s->state != TLS_OPEN)
-		return false;   /* failing, it disarmed the deadline: no flush may wait without one */
+	/* Failed: the peer sees no clean end, so nothing more is flushed. */
+	if (s->state != TLS_OPEN || s->io_error || perch_pipe_writer_staged(s->cw) == 0)
+		return false;
 	s->end_flushing = true;   /* a flush that ends inside its call leaves after() to this caller */
 	flush_cipher(s);
 	s->end_flushing = false;
-	if (s->cout_flushing && (perch__xchg_u32(&s->asks, 0) & TLS_ASK_FLUSHED))
-		s->cout_flushing = false;
-	return s->cout_flushing;
+	return true;
+}
+
+bool perch__tls_end_waits(struct perch_tls *s)
+{
+	PERCH_ASSERT(s->freed && s->ending);
+	while (end_flush_ended_well(s) && end_round(s))
+		if (s->cout_flushing && !(perch__load_u32(&s->asks) & TLS_ASK_FLUSHED))
+			return true;
+	s->ending = false;
+	return false;
 }
 
 void perch__tls_run_held(struct perch_tls *s)

@@ -35,7 +35,7 @@ void perch__tls_fail(struct perch_tls *s, int err, const char *why)
 		reason_from_ssl(s, s->reason, sizeof(s->reason));
 	ERR_clear_error();
 	s->fail_unreported = true;
-	if (perch_timer_is_armed(&s->timer))
+	if (!s->freed && perch_timer_is_armed(&s->timer))   /* freed, it is perch_tls_end's deadline */
 		perch_timer_stop(&s->timer);
 }
 

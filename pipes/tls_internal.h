@@ -84,8 +84,10 @@ struct perch_tls {
 	bool running, again, in_send, freed;
 	bool timer_started, fail_unreported;
 	bool after_timer;                /* the timer holds a reference for perch_tls_end */
-	bool notify_at_end;              /* perch_tls_end's close_notify follows the flush it waits for */
-	bool end_flushing;               /* inside that close_notify's flush call */
+	bool ending;                     /* perch_tls_end finishes what was flushed, and close_notify */
+	bool free_left;                  /* freed inside the engine's run: its kick finishes the free */
+	bool end_now;                    /* perch_tls_end's time is up: after() runs whatever is under way */
+	bool end_flushing;               /* inside one of its flush calls */
 	bool timers_left;                /* freed off the loop's thread: the kick disarms the timers */
 	bool cin_have, cin_parked, cin_eof;
 	bool cout_flushing;
@@ -135,6 +137,12 @@ BIO *perch__tls_bio_new(struct perch_tls *s);
 bool perch__tls_read_would_wait(struct perch_tls *s);
 
 /* ---- pipes/tls_session.c ---- */
+/*
+ * The rest of a free made inside the engine's run (free_left): the held
+ * chains, the ciphertext reader, and the cipher side unless it is ending.
+ * Loop thread, outside the engine's run.
+ */
+void perch__tls_free_rest(struct perch_tls *s);
 /* The session was freed and its last ciphertext flush ended (or its time ran out): after() runs. */
 void perch__tls_run_after(struct perch_tls *s);
 /*
@@ -197,14 +205,16 @@ void perch__tls_run_held(struct perch_tls *s);
  */
 void perch__tls_close_notify_now(struct perch_tls *s);
 /*
- * Freed by perch_tls_end while a flush waited, with a close_notify owed:
- * once that flush ended well, stages close_notify and flushes it. True
- * while that flush waits (its end runs after() again); false when there
- * is nothing more to wait for.
+ * Freed by perch_tls_end with plaintext flushed and not yet sent, or a
+ * close_notify owed: once the flush under way ended well (or at once,
+ * with none), encrypts what is left, then close_notify if the writer
+ * completed, and flushes it, round after round. True while a flush waits
+ * (its end runs after() again); false when it is all sent, or cannot
+ * be (a flush failed, the session failed): ending is then cleared.
  */
-bool perch__tls_end_notify_waits(struct perch_tls *s);
+bool perch__tls_end_waits(struct perch_tls *s);
 
-/* Ends a plaintext flush's chain: every held chain back to the core with `result`. */
+/* Ends a plaintext flush's chain: every held chain back to the core with `result` (an ending session's stay). */
 void perch__tls_drop_sends(struct perch_tls *s, int result);
 
 #endif /* PERCH_PIPES_TLS_INTERNAL_H */

@@ -39,9 +39,12 @@ static void kick_run(struct perch_loop *loop, struct perch__msg *m)
 	if (!s->freed) {
 		perch__tls_run_held(s);   /* the posted kick's reference, dropped below */
 	} else {
+		if (s->free_left)
+			perch__tls_free_rest(s);
 		perch__tls_drop_sends(s, -EPIPE);   /* a chain ended inside tls_ops.send before the free */
-		if (perch__load_u32(&s->asks) & TLS_ASK_FLUSHED)
-			perch__tls_run_after(s);   /* perch_tls_end's flush ended on another thread */
+		/* perch_tls_end's flush ended on another thread, or the end was made inside a run. */
+		if (s->after && (s->end_now || !s->cout_flushing || (perch__load_u32(&s->asks) & TLS_ASK_FLUSHED)))
+			perch__tls_run_after(s);
 		if (s->timers_left)
 			stop_timers(s);
 	}
@@ -158,10 +161,11 @@ static const struct perch__transport_ops tls_ops = {
 
 /* ---- handshake deadline ---- */
 
-/* perch_tls_end's deadline passed, or could not be set: after() runs, and no close_notify starts now. */
+/* perch_tls_end's deadline passed, or could not be set: after() runs, and no flush starts now. */
 static void end_out_of_time(struct perch_tls *s)
 {
-	s->notify_at_end = false;
+	s->ending = false;
+	s->end_now = true;   /* for the kick, when this is inside the engine's run */
 	perch__tls_run_after(s);
 }
 
@@ -337,23 +341,35 @@ static void free_cipher_side(struct perch_tls *s)
 	perch_tls_ctx_free(s->ctx);
 }
 
+void perch__tls_free_rest(struct perch_tls *s)
+{
+	bool ending = s->ending;   /* a flush ending inside this may end the ending */
+	s->free_left = false;
+	perch__tls_drop_sends(s, -EPIPE);
+	perch_pipe_reader_free(s->cr);   /* a parked ciphertext read is canceled here */
+	s->cr = NULL;
+	if (!ending)
+		free_cipher_side(s);
+}
+
 void perch_tls_free(struct perch_tls *t)
 {
 	if (!t || t->freed)
 		return;
 	struct perch_tls *s = t;
-	bool owes_notify = s->notify_at_end;   /* a flush ending inside this free may send it and clear it */
 	s->freed = true;
 	if (!stop_timers(s))
 		perch__tls_kick_later(s);   /* its reference keeps the timers' memory until it disarms them */
 	perch_pipe_reader_free(s->pr);
 	perch_pipe_writer_free(s->pw);
 	perch_conn_close(s->plain);
-	perch__tls_drop_sends(s, -EPIPE);
-	perch_pipe_reader_free(s->cr);   /* a parked ciphertext read is canceled here */
-	s->cr = NULL;
-	if (!owes_notify)
-		free_cipher_side(s);
+	if (s->running) {
+		/* A continuation the engine runs, maybe inside OpenSSL's read: OpenSSL and the pipes stay till the kick. */
+		s->free_left = true;
+		perch__tls_kick_later(s);
+	} else {
+		perch__tls_free_rest(s);
+	}
 	perch__conn_unref(s->plain);
 }
 
@@ -361,12 +377,17 @@ void perch__tls_run_after(struct perch_tls *s)
 {
 	void (*after)(void *) = s->after;
 	void *arg = s->after_arg;
-	if (!after || (s->notify_at_end && perch__tls_end_notify_waits(s)))
+	if (!after || s->running)
+		return;   /* inside the engine's run, freed there: its kick comes here again */
+	if (s->free_left)
+		perch__tls_free_rest(s);
+	if (s->ending && perch__tls_end_waits(s))
 		return;
 	s->after = NULL;
 	bool timer_held = s->after_timer;
 	s->after_timer = false;
 	stop_timers(s);   /* the close_notify's retry too, on the kernel's path */
+	perch__tls_drop_sends(s, -EPIPE);   /* what the end could not send */
 	/* Taken first: the free may end a flush, whose completion then finds after() gone. */
 	free_cipher_side(s);
 	after(arg);
@@ -374,16 +395,14 @@ void perch__tls_run_after(struct perch_tls *s)
 		perch__conn_unref(s->plain);   /* the timer's, last: s may go with it */
 }
 
-/*
- * The plaintext writer completed and every byte flushed to the session
- * is in records already: the peer is owed a close_notify after them. A
- * chain not yet encrypted would make the stream it ends a cut one.
- */
-static bool close_notify_owed(const struct perch_tls *s)
+/* Whether an open session still has plaintext flushed to send, or a close_notify its completed writer asked for. */
+static bool more_to_send(const struct perch_tls *s)
 {
+	if (s->state != TLS_OPEN || s->io_error)
+		return false;
 	bool asked = s->close_notify_wanted || (perch__load_u32(&s->asks) & TLS_ASK_CLOSE_NOTIFY);
-	return asked && !s->close_notify_sent && s->state == TLS_OPEN && !s->io_error &&
-	       (!s->tx || s->tx_encrypted) && !perch__load_ptr((void *const *)&s->tx_in);
+	return (asked && !s->close_notify_sent) || (s->tx && !s->tx_encrypted) ||
+	       perch__load_ptr((void *const *)&s->tx_in);
 }
 
 void perch_tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg)
@@ -395,8 +414,8 @@ void perch_tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg)
 		return;
 	}
 	perch__conn_ref(s->plain);   /* this call's: the free below may end the flush and drop the rest */
-	s->notify_at_end = s->cout_flushing && close_notify_owed(s);
-	bool wait = s->cout_flushing;
+	s->ending = more_to_send(s);
+	bool wait = s->cout_flushing || s->ending;
 	if (wait) {
 		/* Set before the free: an in-memory pipe's flush ends inside it, and runs after() there. */
 		s->after = after;
@@ -409,8 +428,8 @@ void perch_tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg)
 		after(arg);
 	else if (s->after && perch_timer_start(&s->timer, PERCH_TLS_END_MS) != 0)
 		end_out_of_time(s);
-	else if (s->after && (perch__load_u32(&s->asks) & TLS_ASK_FLUSHED))
-		perch__tls_run_after(s);   /* it ended inside the free, or in a run that left its end */
+	else if (s->after && !s->cout_flushing)
+		perch__tls_run_after(s);   /* nothing under way: the rest is sent now (or after the run it was made in) */
 	perch__conn_unref(s->plain);
 }
 

@@ -171,6 +171,40 @@ static void freeing_an_end_runs_its_waiting_continuation_once_and_a_free_from_th
 	perch_pipe_writer_free(w2);
 }
 
+/* A read continuation that frees both ends of its pipe: the flush delivering to it is still under way. */
+static struct ends both_ends;
+static int freed_both;
+
+static void free_both_ends(void *arg, int64_t result)
+{
+	(void)arg;
+	(void)result;
+	perch_pipe_reader_free(both_ends.r);
+	perch_pipe_writer_free(both_ends.w);
+	freed_both++;
+}
+
+static void no_continuation(void *arg, int64_t result)
+{
+	(void)arg;
+	(void)result;
+	fail_msg("a flush whose pipe went inside it called back");
+}
+
+/* The flush holds its pipe while it delivers: what the reader's continuation frees outlives it (ASan). */
+static void a_flush_outlives_both_ends_freed_by_the_read_it_delivers(void **state)
+{
+	(void)state;
+	struct perch_read_result res;
+	assert_int_equal(perch_pipe_new(NULL, &both_ends.r, &both_ends.w), 0);
+	freed_both = 0;
+	assert_int_equal(perch_pipe_read_or_wait(both_ends.r, &res, free_both_ends, NULL), PERCH_PENDING);
+	assert_int_equal(perch_pipe_write(both_ends.w, "hi", 2), 0);
+	int rc = perch_pipe_flush_or_wait(both_ends.w, no_continuation, NULL);
+	assert_int_equal(freed_both, 1);
+	assert_int_equal(rc, -EPIPE);   /* the reader went inside the flush: it says so, as after a reader's complete */
+}
+
 static void parked_read_is_completed_by_the_writers_flush(void **state)
 {
 	struct perch_read_result res;
@@ -520,6 +554,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(a_referenced_write_is_read_in_place_and_released_once_consumed, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(bad_options_and_arguments_return_einval, setup, teardown),
+		cmocka_unit_test(a_flush_outlives_both_ends_freed_by_the_read_it_delivers),
 	};
 	return cmocka_run_group_tests_name("mem_pipe", tests, NULL, NULL);
 }

@@ -219,11 +219,9 @@ enum perch_session_end_how {
  * drops the connection and frees the state. `s` is gone when it returns
  * (unless the server holds it across one of its callbacks: then it is
  * freed when that callback returns); do not use it again. Over TLS the
- * end completes the writer and calls perch_tls_end: what a completed
- * flush carried is sent, then close_notify, then the close; bytes of a
- * flush still waiting that the session has not encrypted yet are
- * dropped (perch_tls_end), so end once the last flush completed. Returns
- * 0, or -EINVAL for NULL or a bad `how` (nothing is done).
+ * end completes the writer and calls perch_tls_end: what was flushed is
+ * sent, then close_notify, then the close, within PERCH_TLS_END_MS.
+ * Returns 0, or -EINVAL for NULL or a bad `how` (nothing is done).
  */
 PERCH_API int perch_session_end(struct perch_session *s, enum perch_session_end_how how);
 

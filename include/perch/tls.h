@@ -154,12 +154,13 @@ PERCH_API void perch_tls_free(struct perch_tls *t);
  * plaintext writer sent, say) ended, at once when none is, or
  * PERCH_TLS_END_MS later at most: close the connection in after(), so
  * that the close comes after close_notify, not over it (a close cancels
- * an io_uring send in flight). A close_notify the completed writer asked
- * for that still waits behind that flush is sent after it, before
- * after(), when every plaintext byte flushed is in records already;
- * plaintext not yet encrypted is dropped (its flush fails with -EPIPE)
- * and no close_notify follows, so the peer sees the stream cut short.
- * after(arg) may run inside this call. Loop
+ * an io_uring send in flight). What the plaintext writer flushed and the
+ * session had not sent yet (a flush waiting behind the one under way)
+ * is encrypted and flushed first, then the close_notify a completed
+ * writer asked for, all within PERCH_TLS_END_MS; what is left then, or
+ * after a flush failed, is dropped, with no close_notify. The plaintext
+ * ends are gone at once: their waiting flush completes with -EPIPE, even
+ * if its bytes are sent. after(arg) may run inside this call. Loop
  * thread. NULL is ignored (after is not called). On the kernel's path a
  * control record is sent by a sendmsg of its own, not a flush: one still
  * waiting for room is dropped, as perch_tls_free says. A NULL after makes
