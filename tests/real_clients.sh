@@ -34,6 +34,9 @@ ok_if() {
 start() {
 	local name=$1 out="$dir/$1.out"
 	shift
+	# Emptied here, not by the background job's redirection, which may come after the first look
+	# below: the look would then read the line of the server this name had on the other backend.
+	: >"$out"
 	"$@" >"$out" 2>"$dir/$name.err" &
 	pids+=($!)
 	for _ in $(seq 100); do
