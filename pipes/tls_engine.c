@@ -67,7 +67,7 @@ static void cipher_flushed(void *arg, int64_t result)
 	 * kick posted below runs it. Freed before the kick, or this is not the
 	 * flush the end waits for: the kick's run may start another and end.
 	 */
-	bool ended = perch__loop_is_current(s->loop) && s->freed;
+	bool ended = perch__loop_is_current(s->loop) && s->freed;   /* freed is the loop thread's to read */
 	perch__store_u32((uint32_t *)&s->flush_result, (uint32_t)(int32_t)result);
 	perch__for_u32(&s->asks, TLS_ASK_FLUSHED);
 	perch__tls_kick(s);
@@ -77,6 +77,14 @@ static void cipher_flushed(void *arg, int64_t result)
 }
 
 /* ---- the engine's steps ---- */
+
+/* A plaintext flush's chain handed over (tls_ops.send) becomes the one encrypted, if none is. */
+static void take_handed_chain(struct perch_tls *s)
+{
+	/* Looked at first: tls_send's exchange is followed by a kick (or by `again` on the loop thread). */
+	if (!s->tx && perch__load_ptr((void **)&s->tx_in))
+		s->tx = s->tx_at = perch__xchg_ptr((void **)&s->tx_in, NULL);
+}
 
 static void take_asks(struct perch_tls *s)
 {
@@ -91,9 +99,7 @@ static void take_asks(struct perch_tls *s)
 		if (rc < 0)
 			s->io_error = s->io_error ? s->io_error : rc;
 	}
-	/* Looked at first: tls_send's exchange is followed by a kick (or by `again` on the loop thread). */
-	if (!s->tx && perch__load_ptr((void **)&s->tx_in))
-		s->tx = s->tx_at = perch__xchg_ptr((void **)&s->tx_in, NULL);
+	take_handed_chain(s);
 }
 
 static void established(struct perch_tls *s)
@@ -405,8 +411,7 @@ static bool end_flush_ended_well(struct perch_tls *s)
 static void end_encrypt(struct perch_tls *s)
 {
 	for (;;) {
-		if (!s->tx && perch__load_ptr((void **)&s->tx_in))
-			s->tx = s->tx_at = perch__xchg_ptr((void **)&s->tx_in, NULL);
+		take_handed_chain(s);
 		encrypt(s);
 		if (!s->tx || perch_pipe_writer_staged(s->cw) > 0)
 			return;
