@@ -81,7 +81,7 @@ struct perch__tls_hooks {
 	struct perch_pipe_reader *(*reader)(struct perch_tls *t);
 	struct perch_pipe_writer *(*writer)(struct perch_tls *t);
 	void (*free)(struct perch_tls *t);
-	/* perch_tls_free, then after(arg) once its close_notify was flushed (pipes/tls_session.c). */
+	/* perch_tls_free, then after(arg) once its close_notify was flushed (pipes/tls_end.c). */
 	void (*end)(struct perch_tls *t, void (*after)(void *arg), void *arg);
 };
 

@@ -138,14 +138,6 @@ bool perch__tls_read_would_wait(struct perch_tls *s);
 
 /* ---- pipes/tls_session.c ---- */
 /*
- * The rest of a free made inside the engine's run (free_left): the held
- * chains, the ciphertext reader, and the cipher side unless it is ending.
- * Loop thread, outside the engine's run.
- */
-void perch__tls_free_rest(struct perch_tls *s);
-/* The session was freed and its last ciphertext flush ended (or its time ran out): after() runs. */
-void perch__tls_run_after(struct perch_tls *s);
-/*
  * Runs the engine now (loop thread, not inside tls_ops.send) or posts a
  * kick. Any thread; the caller holds a reference on s->plain across the
  * call that nothing the run does drops: a completion's, a posted kick's
@@ -154,6 +146,23 @@ void perch__tls_run_after(struct perch_tls *s);
 void perch__tls_kick(struct perch_tls *s);
 /* Posts a kick, whatever the thread. */
 void perch__tls_kick_later(struct perch_tls *s);
+
+/* ---- pipes/tls_decrypt.c (loop thread, in the engine) ---- */
+/* Decrypts records into the plaintext reader until it has its fill, OpenSSL waits for ciphertext, or the session ends. */
+void perch__tls_decrypt(struct perch_tls *s);
+
+/* ---- pipes/tls_end.c (loop thread) ---- */
+/* The session was freed and its last ciphertext flush ended (or its time ran out): after() runs. */
+void perch__tls_run_after(struct perch_tls *s);
+/* perch_tls_end's deadline passed, or could not be set: after() runs, and no flush starts now. */
+void perch__tls_end_out_of_time(struct perch_tls *s);
+/*
+ * A kick reached a freed session: finishes a free made inside the
+ * engine's run (the held chains, the ciphertext reader, the cipher side
+ * unless it is ending), runs after() once the end's flush ended, and
+ * disarms the timers a free off the loop's thread left.
+ */
+void perch__tls_freed_kicked(struct perch_tls *s);
 
 /* ---- pipes/tls_kernel.c (loop thread) ---- */
 /*

@@ -1,4 +1,4 @@
-/* pipes/tls_session.c: a TLS session's life: the plaintext connection it drives, kicks to the loop, and what it says. */
+/* pipes/tls_session.c: a TLS session's making: the plaintext connection it drives, kicks to the loop, and what it says. */
 #include "config.h"
 
 #include <arpa/inet.h>
@@ -19,35 +19,16 @@
 
 /* ---- kicks: the engine runs on the loop thread ---- */
 
-/* Disarms the session's timers; only the loop's thread can, so elsewhere it says they stay armed. */
-static bool stop_timers(struct perch_tls *s)
-{
-	if (perch_timer_is_armed(&s->timer))
-		perch_timer_stop(&s->timer);
-	if (perch_timer_is_armed(&s->ktls_retry))
-		perch_timer_stop(&s->ktls_retry);
-	s->timers_left = perch_timer_is_armed(&s->timer) || perch_timer_is_armed(&s->ktls_retry);
-	return !s->timers_left;
-}
-
 static void kick_run(struct perch_loop *loop, struct perch__msg *m)
 {
 	struct perch_tls *s = perch__container_of(m, struct perch_tls, kick_msg);
 	/* Taken down before the engine looks at what was handed over: a hand-over after it posts again. */
 	perch__xchg_u32(&s->kick_posted, 0);
 	perch__fence_rmw_then_load();
-	if (!s->freed) {
+	if (!s->freed)
 		perch__tls_run_held(s);   /* the posted kick's reference, dropped below */
-	} else {
-		if (s->free_left)
-			perch__tls_free_rest(s);
-		perch__tls_drop_sends(s, -EPIPE);   /* a chain ended inside tls_ops.send before the free */
-		/* perch_tls_end's flush ended on another thread, or the end was made inside a run. */
-		if (s->after && (s->end_now || !s->cout_flushing || (perch__load_u32(&s->asks) & TLS_ASK_FLUSHED)))
-			perch__tls_run_after(s);
-		if (s->timers_left)
-			stop_timers(s);
-	}
+	else
+		perch__tls_freed_kicked(s);
 	perch__conn_unref(s->plain);
 }
 
@@ -159,22 +140,14 @@ static const struct perch__transport_ops tls_ops = {
 	.txbuf_pooled_max = PERCH__TXBUF_CAP,   /* the engine makes a record of each buffer */
 };
 
-/* ---- handshake deadline ---- */
-
-/* perch_tls_end's deadline passed, or could not be set: after() runs, and no flush starts now. */
-static void end_out_of_time(struct perch_tls *s)
-{
-	s->ending = false;
-	s->end_now = true;   /* for the kick, when this is inside the engine's run */
-	perch__tls_run_after(s);
-}
+/* ---- the session's timers ---- */
 
 /* The session's first timer: the handshake's deadline, then perch_tls_end's. */
 static void handshake_late(struct perch_timer *t, void *arg)
 {
 	struct perch_tls *s = arg;
 	if (s->freed) {
-		end_out_of_time(s);
+		perch__tls_end_out_of_time(s);
 		return;
 	}
 	if (s->state != TLS_HANDSHAKE)
@@ -193,7 +166,7 @@ static void ktls_retry_due(struct perch_timer *t, void *arg)
 		perch__tls_run(s);
 }
 
-/* ---- creating and freeing ---- */
+/* ---- making a session ---- */
 
 /*
  * The name a client asks for (SNI) and checks the certificate against; an
@@ -316,121 +289,6 @@ int perch_tls_new(struct perch_tls_ctx *ctx, struct perch_loop *loop,
 	perch__tls_kick(s);
 	perch__conn_unref(s->plain);
 	return 0;
-}
-
-/*
- * What a close_notify needs: the ciphertext writer, OpenSSL's session and
- * their contexts. Once: an in-memory pipe's writer ends its flush inside
- * its free, which may run after(), which comes here again.
- */
-static void free_cipher_side(struct perch_tls *s)
-{
-	SSL *ssl = s->ssl;
-	struct perch_pipe_writer *cw = s->cw;
-	if (!ssl)
-		return;
-	s->ssl = NULL;
-	s->cw = NULL;
-	perch_pipe_writer_free(cw);
-	/* OpenSSL takes a session freed before close_notify for a failed one, not to be resumed. */
-	if (s->state == TLS_OPEN)
-		SSL_set_shutdown(ssl, SSL_SENT_SHUTDOWN);
-	SSL_free(ssl);
-	OPENSSL_cleanse(&s->ktls_keys, sizeof(s->ktls_keys));   /* handed over, and never switched to */
-	perch_tls_ctx_free(s->sni_ctx);
-	perch_tls_ctx_free(s->ctx);
-}
-
-void perch__tls_free_rest(struct perch_tls *s)
-{
-	bool ending = s->ending;   /* a flush ending inside this may end the ending */
-	s->free_left = false;
-	perch__tls_drop_sends(s, -EPIPE);
-	perch_pipe_reader_free(s->cr);   /* a parked ciphertext read is canceled here */
-	s->cr = NULL;
-	if (!ending)
-		free_cipher_side(s);
-}
-
-void perch_tls_free(struct perch_tls *t)
-{
-	if (!t || t->freed)
-		return;
-	struct perch_tls *s = t;
-	s->freed = true;
-	if (!stop_timers(s))
-		perch__tls_kick_later(s);   /* its reference keeps the timers' memory until it disarms them */
-	perch_pipe_reader_free(s->pr);
-	perch_pipe_writer_free(s->pw);
-	perch_conn_close(s->plain);
-	if (s->running) {
-		/* A continuation the engine runs, maybe inside OpenSSL's read: OpenSSL and the pipes stay till the kick. */
-		s->free_left = true;
-		perch__tls_kick_later(s);
-	} else {
-		perch__tls_free_rest(s);
-	}
-	perch__conn_unref(s->plain);
-}
-
-void perch__tls_run_after(struct perch_tls *s)
-{
-	void (*after)(void *) = s->after;
-	void *arg = s->after_arg;
-	if (!after || s->running)
-		return;   /* inside the engine's run, freed there: its kick comes here again */
-	if (s->free_left)
-		perch__tls_free_rest(s);
-	if (s->ending && perch__tls_end_waits(s))
-		return;
-	s->after = NULL;
-	bool timer_held = s->after_timer;
-	s->after_timer = false;
-	stop_timers(s);   /* the close_notify's retry too, on the kernel's path */
-	perch__tls_drop_sends(s, -EPIPE);   /* what the end could not send */
-	/* Taken first: the free may end a flush, whose completion then finds after() gone. */
-	free_cipher_side(s);
-	after(arg);
-	if (timer_held)
-		perch__conn_unref(s->plain);   /* the timer's, last: s may go with it */
-}
-
-/* Whether an open session still has plaintext flushed to send, or a close_notify its completed writer asked for. */
-static bool more_to_send(const struct perch_tls *s)
-{
-	if (s->state != TLS_OPEN || s->io_error)
-		return false;
-	bool asked = s->close_notify_wanted || (perch__load_u32(&s->asks) & TLS_ASK_CLOSE_NOTIFY);
-	return (asked && !s->close_notify_sent) || (s->tx && !s->tx_encrypted) ||
-	       perch__load_ptr((void *const *)&s->tx_in);
-}
-
-void perch_tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg)
-{
-	if (!s)
-		return;
-	if (!after) {
-		perch_tls_free(s);
-		return;
-	}
-	perch__conn_ref(s->plain);   /* this call's: the free below may end the flush and drop the rest */
-	s->ending = more_to_send(s);
-	bool wait = s->cout_flushing || s->ending;
-	if (wait) {
-		/* Set before the free: an in-memory pipe's flush ends inside it, and runs after() there. */
-		s->after = after;
-		s->after_arg = arg;
-		perch__conn_ref(s->plain);   /* the timer's */
-		s->after_timer = true;
-	}
-	perch_tls_free(s);
-	if (!wait)
-		after(arg);
-	else if (s->after && perch_timer_start(&s->timer, PERCH_TLS_END_MS) != 0)
-		end_out_of_time(s);
-	else if (s->after && !s->cout_flushing)
-		perch__tls_run_after(s);   /* nothing under way: the rest is sent now (or after the run it was made in) */
-	perch__conn_unref(s->plain);
 }
 
 /* ---- what a session says ---- */
