@@ -1068,7 +1068,19 @@ static void an_end_inside_the_run_whose_flush_fails_there_runs_after_at_once(voi
 struct end_the_client {
 	struct pair *p;
 	bool ran, client_running, client_flushing;
+	size_t write_first;   /* bytes written and flushed on the client before its end */
+	bool wrote;
+	int error_at_after;   /* the client's failure (its field) when after() ran */
 };
+
+/* after() of the client ended by end_the_client: counted, with the client's failure as it stands. */
+static struct end_the_client *ended_by;
+
+static void count_after_noting_the_failure(void *arg)
+{
+	ended_by->error_at_after = ((struct perch_tls *)arg)->error;
+	count_after(arg);
+}
 
 static void end_the_client(void *arg, int64_t result)
 {
@@ -1077,7 +1089,8 @@ static void end_the_client(void *arg, int64_t result)
 	x->ran = true;
 	x->client_running = x->p->client->running;
 	x->client_flushing = x->p->client->cout_flushing;
-	perch_tls_end(x->p->client, count_after, NULL);
+	ended_by = x;
+	perch_tls_end(x->p->client, count_after_noting_the_failure, x->p->client);
 	x->p->client = NULL;
 }
 
@@ -1130,28 +1143,80 @@ static void an_end_made_inside_its_own_flush_still_sends_the_rest(void **state)
  * outlive that read (the rest of the free waits for the run), and
  * after() runs once, a few turns later.
  */
-static void an_end_from_a_continuation_inside_openssls_read_waits_for_the_run(void **state)
+static void write_then_end_the_client(void *arg, int64_t result)
 {
-	(void)state;
+	struct end_the_client *x = arg;
+	struct perch_pipe_writer *w = perch_tls_writer(x->p->client);
+	uint8_t *data = calloc(1, x->write_first);
+	struct perch_vtask_handle h;
+	x->client_flushing = x->p->client->cout_flushing;
+	x->wrote = data && perch_pipe_write(w, data, x->write_first) == 0 && perch_pipe_flush(w, &h) == PERCH_PENDING;
+	free(data);
+	bool flushing = x->client_flushing;
+	end_the_client(arg, result);
+	x->client_flushing = flushing;
+}
+
+/* A pair over in-memory pipes, established, with after() counted from now. */
+static struct pair *pair_established_to_end(void)
+{
 	struct pair *p = pair_new("server", "ca.pem", "localhost");
 	assert_true(turn_until(p->loop, both_established, p));
 	end_loop_thread = pthread_self();
 	after_runs = after_runs_off_loop = 0;
-	struct end_the_client x = {.p = p};
+	return p;
+}
+
+/* The server writes 1 MiB and flushes it, then x's continuation runs; the client reads until it ran. */
+static void client_reads_until_the_continuation(struct pair *p, struct end_the_client *x, perch_vtask_fn cont)
+{
 	size_t n = 1u << 20;
 	uint8_t *data = calloc(1, n);
+	assert_non_null(data);
 	assert_int_equal(perch_pipe_write(perch_tls_writer(p->server), data, n), 0);
-	assert_int_equal(perch_pipe_flush_or_wait(perch_tls_writer(p->server), end_the_client, &x), PERCH_PENDING);
+	assert_int_equal(perch_pipe_flush_or_wait(perch_tls_writer(p->server), cont, x), PERCH_PENDING);
 	free(data);
 	double end = now_ms() + 5000;
-	while (!x.ran && now_ms() < end) {
+	while (!x->ran && now_ms() < end) {
 		struct perch_read_result r;
 		if (perch_pipe_try_read(perch_tls_reader(p->client), &r) == 0)
 			perch_pipe_advance_to(perch_tls_reader(p->client), r.len, r.len);
 		perch_loop_run_once(p->loop, 1);
 	}
+}
+
+static void an_end_from_a_continuation_inside_openssls_read_waits_for_the_run(void **state)
+{
+	(void)state;
+	struct pair *p = pair_established_to_end();
+	struct end_the_client x = {.p = p};
+	client_reads_until_the_continuation(p, &x, end_the_client);
 	assert_true(x.ran && x.client_running);
 	after_ran_once_then_free(p);
+}
+
+/*
+ * The same, but the continuation first writes and flushes 64 KiB on the
+ * client, then ends it, with no ciphertext flush under way: the end has
+ * plaintext to send while OpenSSL's read is still in progress, and leaves
+ * it to the run's kick (no OpenSSL call inside that read, no pipe freed
+ * under its own advance). The server reads all of it, then a failed
+ * stream (the writer never completed); after() runs once, and the client
+ * did not fail meanwhile.
+ */
+static void an_end_with_plaintext_to_send_from_inside_openssls_read_waits_for_the_run(void **state)
+{
+	(void)state;
+	struct pair *p = pair_established_to_end();
+	struct end_the_client x = {.p = p, .write_first = 64 * 1024};
+	client_reads_until_the_continuation(p, &x, write_then_end_the_client);
+	assert_true(x.ran && x.wrote && x.client_running && !x.client_flushing);
+	struct got g;
+	size_t total = server_reads_to_the_end(p, &g);
+	assert_int_equal(g.error, -EPIPE);
+	assert_int_equal(total, x.write_first);
+	after_ran_once_then_free(p);
+	assert_int_equal(x.error_at_after, 0);   /* OpenSSL's read went on with its ciphertext reader */
 }
 
 static struct perch_conn *adopted[2];
@@ -2001,6 +2066,7 @@ int main(void)
 		cmocka_unit_test(an_end_whose_flush_never_ends_runs_after_once_at_its_deadline),
 		cmocka_unit_test(an_end_made_inside_its_own_flush_still_sends_the_rest),
 		cmocka_unit_test(an_end_from_a_continuation_inside_openssls_read_waits_for_the_run),
+		cmocka_unit_test(an_end_with_plaintext_to_send_from_inside_openssls_read_waits_for_the_run),
 		cmocka_unit_test(both_sessions_freed_inside_the_flush_that_feeds_one),
 		cmocka_unit_test(an_end_inside_the_run_whose_flush_fails_there_runs_after_at_once),
 		cmocka_unit_test(plaintext_ends_used_off_the_loop_thread_lose_nothing),
