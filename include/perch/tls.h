@@ -158,7 +158,9 @@ PERCH_API void perch_tls_free(struct perch_tls *t);
  * session had not sent yet (a flush waiting behind the one under way)
  * is encrypted and flushed first, then the close_notify a completed
  * writer asked for, all within PERCH_TLS_END_MS; what is left then, or
- * after a flush failed, is dropped, with no close_notify. The plaintext
+ * after a flush failed, is dropped, with no close_notify; an end before
+ * the handshake completed sends none of it (the handshake is not
+ * finished for it). The plaintext
  * ends are gone at once: their waiting flush completes with -EPIPE, even
  * if its bytes are sent. after(arg) may run inside this call. Loop
  * thread. NULL is ignored (after is not called). On the kernel's path a
