@@ -142,6 +142,8 @@ PERCH_API struct perch_pipe_writer *perch_tls_writer(struct perch_tls *t);
  * ignored. On the kernel's path
  * (perch_tls_path), a control record still waiting for room in the
  * socket (a close_notify to a peer that stopped reading) is dropped.
+ * `t` is gone after this call, as memory after free(): call neither this
+ * nor perch_tls_end on it again.
  */
 PERCH_API void perch_tls_free(struct perch_tls *t);
 
@@ -158,15 +160,19 @@ PERCH_API void perch_tls_free(struct perch_tls *t);
  * session had not sent yet (a flush waiting behind the one under way)
  * is encrypted and flushed first, then the close_notify a completed
  * writer asked for, all within PERCH_TLS_END_MS; what is left then, or
- * after a flush failed, is dropped, with no close_notify; an end before
+ * after a flush failed, is dropped, with no close_notify. An end before
  * the handshake completed sends none of it (the handshake is not
- * finished for it). The plaintext
- * ends are gone at once: their waiting flush completes with -EPIPE, even
- * if its bytes are sent. after(arg) may run inside this call. Loop
- * thread. NULL is ignored (after is not called). On the kernel's path a
- * control record is sent by a sendmsg of its own, not a flush: one still
- * waiting for room is dropped, as perch_tls_free says. A NULL after makes
- * it perch_tls_free.
+ * finished for it). Flush before completing the writer: the completion
+ * drops bytes written and not flushed.
+ *
+ * The plaintext ends are gone at once: their waiting flush completes
+ * with -EPIPE, even if its bytes are sent. after(arg) may run inside
+ * this call. On the loop's thread only (unlike perch_tls_free), where
+ * after() and the end's flushes run. NULL is ignored (after is not
+ * called); `t` is gone after this call, as perch_tls_free says. On the
+ * kernel's path a control record is sent by a sendmsg of its own, not a
+ * flush: one still waiting for room is dropped, as perch_tls_free says.
+ * A NULL after makes it perch_tls_free.
  */
 PERCH_API void perch_tls_end(struct perch_tls *t, void (*after)(void *arg), void *arg);
 
