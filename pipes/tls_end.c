@@ -103,14 +103,18 @@ void perch__tls_run_after(struct perch_tls *s)
 		perch__conn_unref(s->plain);   /* the timer's, last: s may go with it */
 }
 
-/* Whether an open session still has plaintext flushed to send, or a close_notify its completed writer asked for. */
+/*
+ * Whether an open session still has something to send: records staged
+ * and not flushed (an end from a continuation of the step that encrypted
+ * them), plaintext flushed, or a close_notify its completed writer asked for.
+ */
 static bool more_to_send(const struct perch_tls *s)
 {
 	if (s->state != TLS_OPEN || s->io_error)
 		return false;
 	bool asked = s->close_notify_wanted || (perch__load_u32(&s->asks) & TLS_ASK_CLOSE_NOTIFY);
 	return (asked && !s->close_notify_sent) || (s->tx && !s->tx_encrypted) ||
-	       perch__load_ptr((void *const *)&s->tx_in);
+	       perch_pipe_writer_staged(s->cw) > 0 || perch__load_ptr((void *const *)&s->tx_in);
 }
 
 void perch_tls_end(struct perch_tls *s, void (*after)(void *arg), void *arg)

@@ -1241,15 +1241,9 @@ static void close_conn_from_a_thread(struct ending *e)
 	assert_int_equal(pthread_join(th, NULL), 0);
 }
 
-/*
- * Over a socket pair: ended while its ciphertext flush is in flight, then
- * the connection closed from another thread, which fails that flush there.
- * after() still runs once, on the loop's thread, and the session goes only
- * once its deadline is disarmed (ASan).
- */
-static void a_session_ended_then_closed_from_another_thread_ends_on_the_loop(void **state)
+/* A pair over a socket pair (adopted[0] the client's connection, adopted[1] the server's), established. */
+static struct pair *pair_over_a_socket_pair(size_t client_pause)
 {
-	(void)state;
 	struct pair *p = pair_bare();
 	int sv[2];
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
@@ -1265,10 +1259,23 @@ static void a_session_ended_then_closed_from_another_thread_ends_on_the_loop(voi
 	assert_int_equal(perch_pipe_writer_new(adopted[0], &cw), 0);
 	assert_int_equal(perch_pipe_reader_new(adopted[1], &sr), 0);
 	assert_int_equal(perch_pipe_writer_new(adopted[1], &sw), 0);
-	struct perch_tls_opts co = {.server_name = "localhost"};
+	struct perch_tls_opts co = {.server_name = "localhost", .pause_bytes = client_pause};
 	assert_int_equal(perch_tls_new(p->sctx, p->loop, sr, sw, NULL, &p->server), 0);
 	assert_int_equal(perch_tls_new(p->cctx, p->loop, cr, cw, &co, &p->client), 0);
 	assert_true(turn_until(p->loop, both_established, p));
+	return p;
+}
+
+/*
+ * Over a socket pair: ended while its ciphertext flush is in flight, then
+ * the connection closed from another thread, which fails that flush there.
+ * after() still runs once, on the loop's thread, and the session goes only
+ * once its deadline is disarmed (ASan).
+ */
+static void a_session_ended_then_closed_from_another_thread_ends_on_the_loop(void **state)
+{
+	(void)state;
+	struct pair *p = pair_over_a_socket_pair(0);
 	/* A flush in flight at the end: written inside the same turn, so no turn completes it first. */
 	struct ending e = {.then = close_conn_from_a_thread, .conn = adopted[0]};
 	assert_int_equal(perch_pipe_write(perch_tls_writer(p->client), "hello", 5), 0);
@@ -1279,6 +1286,78 @@ static void a_session_ended_then_closed_from_another_thread_ends_on_the_loop(voi
 	perch_conn_close(adopted[1]);
 	perch_conn_release(adopted[1]);
 	pair_free(p);
+}
+
+/* An end made by a plaintext read's continuation, which closes the connection in after(). */
+struct end_on_read {
+	struct perch_tls *t;
+	struct perch_conn *conn;
+	bool ran;
+	size_t staged;   /* ciphertext staged and not flushed when the end was made */
+};
+
+static void close_in_after(void *conn)
+{
+	count_after(NULL);
+	perch_conn_close(conn);
+}
+
+static void end_on_read(void *arg, int64_t result)
+{
+	(void)result;
+	struct end_on_read *e = arg;
+	e->ran = true;
+	e->staged = perch_pipe_writer_staged(e->t->cw);
+	perch_tls_end(e->t, close_in_after, e->conn);
+}
+
+/*
+ * Over a socket pair, the client's engine encrypts a 1000-byte flush and,
+ * in the same step, decrypts a record whose read continuation ends the
+ * session, with the records staged and not flushed yet: the end sends
+ * them before after() closes the connection. The server reads all 1000
+ * bytes, then a failed stream (the writer never completed).
+ */
+static void an_end_from_a_read_sends_the_records_its_step_staged(void **state)
+{
+	(void)state;
+	struct pair *p = pair_over_a_socket_pair(1);   /* the client pauses once 1 byte is unread */
+	end_loop_thread = pthread_self();
+	after_runs = after_runs_off_loop = 0;
+	/* Two records: the client decrypts "A" and pauses, "B" waiting. */
+	assert_int_equal(write_flush(p, p->server, "A", 1), 0);
+	assert_int_equal(write_flush(p, p->server, "B", 1), 0);
+	struct perch_read_result r = {0};
+	for (int i = 0; i < 200 && r.len == 0; i++) {
+		perch_loop_run_once(p->loop, 1);
+		if (perch_pipe_try_read(perch_tls_reader(p->client), &r) != 0)
+			r.len = 0;
+	}
+	assert_int_equal(r.len, 1);
+	for (int i = 0; i < 20; i++)
+		perch_loop_run_once(p->loop, 1);   /* "B"'s ciphertext reaches the client, still paused */
+	/* Between turns: consume "A" (a kick), park a read that ends the client, flush 1000 bytes. */
+	assert_int_equal(perch_pipe_advance_to(perch_tls_reader(p->client), 1, 1), 0);
+	struct end_on_read e = {.t = p->client, .conn = adopted[0]};
+	assert_int_equal(perch_pipe_read_or_wait(perch_tls_reader(p->client), &r, end_on_read, &e), PERCH_PENDING);
+	static uint8_t x[1000];
+	memset(x, 'x', sizeof(x));
+	assert_int_equal(perch_pipe_write(perch_tls_writer(p->client), x, sizeof(x)), 0);
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_pipe_flush(perch_tls_writer(p->client), &h), PERCH_PENDING);
+	for (int i = 0; i < 100 && !e.ran; i++)
+		perch_loop_run_once(p->loop, 1);
+	assert_true(e.ran);
+	assert_true(e.staged > sizeof(x));   /* the race this test is about: records staged, not flushed */
+	p->client = NULL;
+	struct got g;
+	size_t total = server_reads_to_the_end(p, &g);
+	assert_int_equal(total, sizeof(x));
+	assert_int_equal(g.error, PERCH_TLS_TRUNCATED);
+	after_ran_once_then_free(p);
+	perch_conn_release(adopted[0]);
+	perch_conn_close(adopted[1]);
+	perch_conn_release(adopted[1]);
 }
 
 static void *free_on_a_thread(void *t)
@@ -2059,6 +2138,7 @@ int main(void)
 		cmocka_unit_test(a_session_ended_with_no_after_is_freed),
 		cmocka_unit_test(a_session_ended_while_its_flush_waits_on_an_in_memory_pipe_ends_once),
 		cmocka_unit_test(a_session_ended_then_closed_from_another_thread_ends_on_the_loop),
+		cmocka_unit_test(an_end_from_a_read_sends_the_records_its_step_staged),
 		cmocka_unit_test(an_end_right_after_the_writers_complete_still_sends_close_notify),
 		cmocka_unit_test(an_end_sends_all_its_waiting_flush_holds_then_close_notify),
 		cmocka_unit_test(an_end_inside_the_run_sends_the_flush_made_there),
