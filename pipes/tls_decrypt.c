@@ -13,13 +13,16 @@
 #define SHRINK_BELOW (RECORD_BYTES / 4)   /* a record shorter than this is copied out of the spare */
 
 /*
- * The segment the next record is decrypted into: a record's room, one
- * per loop thread (engines run on their loop's thread only), so an idle
- * session holds none. A short record is copied out into a segment of its
- * own size and the spare kept; a long one takes the spare with it. The
- * thread's exit frees it.
+ * The room a record is decrypted into: one spare per loop thread (engines
+ * run on their loop's thread only), so an idle session holds none. A read
+ * takes the spare for itself: another session decrypted inside that read
+ * (an in-memory pipe's continuation, run as OpenSSL consumes ciphertext)
+ * takes or makes its own. A short record is then copied out into a
+ * segment of its own size and the room put back; a long one takes the
+ * room with it. The thread's exit frees the spare the key names.
  */
 static __thread struct perch_seg *spare;
+static __thread struct perch_seg *keyed;   /* what the key names */
 static pthread_key_t spare_key;
 static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
 static bool spare_keyed;
@@ -29,30 +32,50 @@ static void spare_key_make(void)
 	spare_keyed = pthread_key_create(&spare_key, free) == 0;
 }
 
-static struct perch_seg *record_seg(void)
+static struct perch_seg *take_room(void)
 {
-	if (spare)
-		return spare;
+	struct perch_seg *room = spare;
+	spare = NULL;
+	if (room)
+		return room;
 	if (pthread_once(&spare_once, spare_key_make) != 0 || !spare_keyed)
 		return NULL;
-	spare = malloc(sizeof(struct perch_seg) + RECORD_BYTES);
-	if (spare && pthread_setspecific(spare_key, spare) != 0) {
-		free(spare);
-		spare = NULL;
-	}
-	return spare;
+	return malloc(sizeof(struct perch_seg) + RECORD_BYTES);
 }
 
-static struct perch_seg *seg_of(size_t n)
+/* The key names the spare, not a room handed out. Only a first non-NULL value can fail (no memory). */
+static void key_the_spare(void)
 {
-	struct perch_seg *seg = spare;
+	if (keyed == spare)
+		return;
+	if (pthread_setspecific(spare_key, spare) == 0) {
+		keyed = spare;
+		return;
+	}
+	free(spare);   /* unkeyed, the thread's exit would leak it */
+	spare = NULL;
+}
+
+static void put_room(struct perch_seg *room)
+{
+	if (spare)
+		free(room);   /* a session decrypted inside the read made its own: one is kept */
+	else
+		spare = room;
+	key_the_spare();
+}
+
+/* The segment of a record of n bytes read into `room`: the room itself, or a copy for a short record. */
+static struct perch_seg *seg_of(struct perch_seg *room, size_t n)
+{
+	struct perch_seg *seg = room;
 	if (n >= SHRINK_BELOW) {
-		spare = NULL;   /* taken: the key no longer owns it */
-		pthread_setspecific(spare_key, NULL);
+		key_the_spare();
 	} else {
 		seg = malloc(sizeof(*seg) + n);
 		if (seg)
-			memcpy(seg + 1, spare + 1, n);
+			memcpy(seg + 1, room + 1, n);
+		put_room(room);
 	}
 	if (seg)
 		*seg = (struct perch_seg){.data = (uint8_t *)(seg + 1), .len = (uint32_t)n, .buf_id = PERCH__SEG_OWN};
@@ -64,7 +87,7 @@ static bool decrypt_one(struct perch_tls *s)
 {
 	if (perch__tls_read_would_wait(s))
 		return false;   /* OpenSSL's read and its error queue would cost more than the check */
-	struct perch_seg *into = record_seg();
+	struct perch_seg *into = take_room();
 	if (!into) {
 		perch__tls_fail(s, -ENOMEM, "no memory for decrypted bytes");
 		return false;
@@ -74,6 +97,7 @@ static bool decrypt_one(struct perch_tls *s)
 	perch__tls_clear_errors();
 	if (SSL_read_ex(s->ssl, (uint8_t *)(into + 1), RECORD_BYTES, &n) != 1) {
 		int e = SSL_get_error(s->ssl, 0);
+		put_room(into);   /* before a continuation the error runs: it may decrypt another session */
 		if (e == SSL_ERROR_ZERO_RETURN) {
 			s->peer_closed = true;
 			perch__conn_peer_closed(s->plain);
@@ -82,7 +106,7 @@ static bool decrypt_one(struct perch_tls *s)
 		}
 		return false;
 	}
-	struct perch_seg *seg = seg_of(n);
+	struct perch_seg *seg = seg_of(into, n);
 	if (!seg) {
 		perch__tls_fail(s, -ENOMEM, "no memory for decrypted bytes");
 		return false;

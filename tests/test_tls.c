@@ -271,13 +271,20 @@ static bool relayed_established(void *arg)
 	return established_over_stale_errors(rp->p);
 }
 
-/* A client and a server over in-memory pipes, the client's side through the test. */
-static void relayed_pair_new(struct relayed_pair *rp)
+/* A loop and both contexts (ALPN http/1.1), no session yet. */
+static struct pair *pair_of_contexts(void)
 {
-	struct pair *p = rp->p = calloc(1, sizeof(*p));
+	struct pair *p = calloc(1, sizeof(*p));
 	pair_loop(p);
 	p->sctx = server_ctx("server", "http/1.1");
 	p->cctx = client_ctx("ca.pem", "http/1.1");
+	return p;
+}
+
+/* A client and a server over in-memory pipes, the client's side through the test. */
+static void relayed_pair_new(struct relayed_pair *rp)
+{
+	struct pair *p = rp->p = pair_of_contexts();
 	struct perch_pipe_reader *cr, *sr;
 	struct perch_pipe_writer *cw, *sw;
 	assert_int_equal(perch_pipe_new(NULL, &rp->rl.from_client, &cw), 0);
@@ -286,6 +293,137 @@ static void relayed_pair_new(struct relayed_pair *rp)
 	struct perch_tls_opts co = {.server_name = "localhost"};
 	assert_int_equal(perch_tls_new(p->sctx, p->loop, sr, sw, NULL, &p->server), 0);
 	assert_int_equal(perch_tls_new(p->cctx, p->loop, cr, cw, &co, &p->client), 0);
+}
+
+/* Both directions through the test, as through a proxy, the server's ciphertext pipe small. */
+struct proxied_pair {
+	struct pair *p;
+	struct relay c2s, s2c;   /* the client's ciphertext to the server; the server's to the client */
+	const uint8_t *next;     /* what the proxy passes on to the server when its flush completes */
+	size_t next_len;
+	bool ran, server_running, client_read;
+};
+
+static bool proxied_established(void *arg)
+{
+	struct proxied_pair *x = arg;
+	relay_some(&x->c2s, SIZE_MAX);
+	relay_some(&x->s2c, SIZE_MAX);
+	return both_established(x->p);
+}
+
+static void proxied_pair_new(struct proxied_pair *x)
+{
+	struct pair *p = x->p = pair_of_contexts();
+	struct perch_pipe_reader *cr, *sr;
+	struct perch_pipe_writer *cw, *sw;
+	struct perch_pipe_opts small = {.pause_bytes = 1024};
+	assert_int_equal(perch_pipe_new(NULL, &x->c2s.from_client, &cw), 0);
+	assert_int_equal(perch_pipe_new(&small, &sr, &x->c2s.to_server), 0);
+	assert_int_equal(perch_pipe_new(NULL, &x->s2c.from_client, &sw), 0);   /* from the server, here */
+	assert_int_equal(perch_pipe_new(NULL, &cr, &x->s2c.to_server), 0);    /* to the client, here */
+	struct perch_tls_opts co = {.server_name = "localhost"};
+	assert_int_equal(perch_tls_new(p->sctx, p->loop, sr, sw, NULL, &p->server), 0);
+	assert_int_equal(perch_tls_new(p->cctx, p->loop, cr, cw, &co, &p->client), 0);
+	assert_true(turn_until(p->loop, proxied_established, x));
+	for (int i = 0; i < 20; i++) {
+		proxied_established(x);
+		perch_loop_run_once(p->loop, 1);
+	}
+}
+
+static void proxied_pair_free(struct proxied_pair *x)
+{
+	pair_free(x->p);
+	perch_pipe_reader_free(x->c2s.from_client);
+	perch_pipe_writer_free(x->c2s.to_server);
+	perch_pipe_reader_free(x->s2c.from_client);
+	perch_pipe_writer_free(x->s2c.to_server);
+}
+
+/* The proxy's pump, run when its flush to the server completes: inside the server's read of it. */
+static void pump_on(void *arg, int64_t result)
+{
+	(void)result;
+	struct proxied_pair *x = arg;
+	x->ran = true;
+	x->server_running = x->p->server->running;
+	relay_some(&x->s2c, SIZE_MAX);   /* the client decrypts it here */
+	struct perch_read_result r;
+	x->client_read = perch_pipe_try_read(perch_tls_reader(x->p->client), &r) == 0 && r.len > 0;
+	assert_int_equal(perch_pipe_write(x->c2s.to_server, x->next, x->next_len), 0);
+	struct perch_vtask_handle h;
+	int rc = perch_pipe_flush(x->c2s.to_server, &h);
+	assert_true(rc == 0 || rc == PERCH_PENDING);
+}
+
+/* Reads len bytes of t's plaintext, which must all be `byte`. */
+static void reads_only(struct pair *p, struct perch_tls *t, size_t len, uint8_t byte)
+{
+	static uint8_t buf[16384];
+	size_t have = 0;
+	while (have < len) {
+		size_t want = len - have < sizeof(buf) ? len - have : sizeof(buf);
+		struct got g = read_some(p, t, buf, want);
+		assert_int_equal(g.error, 0);
+		for (size_t i = 0; i < g.len; i++)
+			if (buf[i] != byte)
+				fail_msg("byte %zu is '%c', not '%c'", have + i, buf[i], byte);
+		have += g.len;
+	}
+}
+
+/*
+ * The proxy passes on the client's first record and 3 bytes of its
+ * second (of `second` bytes): the server's OpenSSL reads the first, then
+ * consumes the ciphertext to read on, which completes the proxy's flush.
+ * The proxy's pump, run there, passes the server's 5,000-byte answer on
+ * to the client, whose engine decrypts it inside the server's read. Each
+ * read must keep its own room: the client reads its 'c's, and the server
+ * the client's 'a's then 'b's.
+ */
+static void a_decryption_inside_another_sessions_read(size_t second)
+{
+	struct proxied_pair x = {0};
+	proxied_pair_new(&x);
+	struct pair *p = x.p;
+	static uint8_t a[3000], b[8000], c[5000];
+	memset(a, 'a', sizeof(a));
+	memset(b, 'b', sizeof(b));
+	memset(c, 'c', sizeof(c));
+	assert_int_equal(write_flush(p, p->server, c, sizeof(c)), 0);   /* held by the proxy */
+	assert_int_equal(write_flush(p, p->client, a, sizeof(a)), 0);
+	assert_int_equal(write_flush(p, p->client, b, second), 0);
+	struct perch_read_result r;
+	assert_int_equal(perch_pipe_try_read(x.c2s.from_client, &r), 0);
+	size_t all = r.len, first = all - (second + 22) + 3;   /* TLS 1.3: 5 header + 1 type + 16 tag */
+	uint8_t *buf = malloc(all);
+	perch_segs_copy(&r, 0, buf, all);
+	assert_int_equal(perch_pipe_advance_to(x.c2s.from_client, all, all), 0);
+	x.next = buf + first;
+	x.next_len = all - first;
+	assert_int_equal(perch_pipe_write(x.c2s.to_server, buf, first), 0);
+	assert_int_equal(perch_pipe_flush_or_wait(x.c2s.to_server, pump_on, &x), PERCH_PENDING);
+	for (int i = 0; i < 100 && !x.ran; i++)
+		perch_loop_run_once(p->loop, 1);
+	assert_true(x.ran && x.server_running && x.client_read);   /* the nesting this test is about */
+	reads_only(p, p->client, sizeof(c), 'c');
+	reads_only(p, p->server, sizeof(a), 'a');
+	reads_only(p, p->server, second, 'b');
+	free(buf);
+	proxied_pair_free(&x);
+}
+
+static void a_short_record_decrypted_inside_another_sessions_read_keeps_its_room(void **state)
+{
+	(void)state;
+	a_decryption_inside_another_sessions_read(3000);
+}
+
+static void a_long_record_decrypted_inside_another_sessions_read_keeps_its_room(void **state)
+{
+	(void)state;
+	a_decryption_inside_another_sessions_read(8000);
 }
 
 /*
@@ -2117,6 +2255,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(a_handshake_agrees_alpn_and_carries_bytes_both_ways),
 		cmocka_unit_test(an_error_left_on_the_threads_queue_fails_no_session),
+		cmocka_unit_test(a_short_record_decrypted_inside_another_sessions_read_keeps_its_room),
+		cmocka_unit_test(a_long_record_decrypted_inside_another_sessions_read_keeps_its_room),
 		cmocka_unit_test(bytes_written_before_the_handshake_leave_after_it),
 		cmocka_unit_test(a_mebibyte_each_way_arrives_whole_and_in_order),
 		cmocka_unit_test(close_notify_is_the_readers_clean_end),
