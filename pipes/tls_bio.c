@@ -88,7 +88,9 @@ static int bio_read(BIO *b, char *out, int len)
 		return 0;
 	if (!s->cin_have || s->cin_off == s->cin.len) {
 		/* A parked read holds the reader: its delivery kicks the engine, which reads again. */
+		s->in_openssl_read = true;   /* the advance inside may complete a flush, and run its continuation */
 		int rc = s->cin_parked ? -EAGAIN : next_result(s);
+		s->in_openssl_read = false;
 		if (rc == -EAGAIN) {
 			s->want_input = true;
 			BIO_set_retry_read(b);

@@ -271,6 +271,10 @@ static void step(struct perch_tls *s)
 
 void perch__tls_close_notify_now(struct perch_tls *s)
 {
+	if (s->in_openssl_read) {
+		s->again = true;   /* no SSL_shutdown inside SSL_read: the run sends it once the read returned */
+		return;
+	}
 	bool nested = s->running;
 	s->running = true;
 	perch__conn_ref(s->plain);

@@ -89,6 +89,7 @@ struct perch_tls {
 	bool end_now;                    /* perch_tls_end's time is up: after() runs whatever is under way */
 	bool end_flushing;               /* inside one of its flush calls */
 	bool timers_left;                /* freed off the loop's thread: the kick disarms the timers */
+	bool in_openssl_read;            /* OpenSSL asks for ciphertext: a continuation run there is inside its call */
 	bool cin_have, cin_parked, cin_eof;
 	bool cout_flushing;
 	bool want_input;                 /* OpenSSL asked for ciphertext it lacked */
@@ -209,8 +210,10 @@ void perch__tls_run_held(struct perch_tls *s);
 /*
  * Sends close_notify and flushes it, if nothing is left to encrypt first,
  * without the rest of a run (no continuation runs); a kick does the rest.
- * Also from inside a continuation the engine runs (none runs inside an
- * OpenSSL call), so that a session's end sends it before its close.
+ * Also from inside a continuation the engine runs, so that a session's
+ * end sends it before its close; from one run inside OpenSSL's read (an
+ * in-memory pipe's flush completed by its consumption) it only asks the
+ * run to send it once that read returned.
  */
 void perch__tls_close_notify_now(struct perch_tls *s);
 /*

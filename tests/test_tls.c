@@ -301,7 +301,8 @@ struct proxied_pair {
 	struct relay c2s, s2c;   /* the client's ciphertext to the server; the server's to the client */
 	const uint8_t *next;     /* what the proxy passes on to the server when its flush completes */
 	size_t next_len;
-	bool ran, server_running, client_read;
+	bool complete_server;    /* the pump completes the server's writer, and passes on nothing */
+	bool ran, server_running, in_openssl_read, client_read;
 };
 
 static bool proxied_established(void *arg)
@@ -341,6 +342,14 @@ static void proxied_pair_free(struct proxied_pair *x)
 	perch_pipe_writer_free(x->s2c.to_server);
 }
 
+static void pass_on_the_rest(struct proxied_pair *x)
+{
+	assert_int_equal(perch_pipe_write(x->c2s.to_server, x->next, x->next_len), 0);
+	struct perch_vtask_handle h;
+	int rc = perch_pipe_flush(x->c2s.to_server, &h);
+	assert_true(rc == 0 || rc == PERCH_PENDING);
+}
+
 /* The proxy's pump, run when its flush to the server completes: inside the server's read of it. */
 static void pump_on(void *arg, int64_t result)
 {
@@ -348,13 +357,49 @@ static void pump_on(void *arg, int64_t result)
 	struct proxied_pair *x = arg;
 	x->ran = true;
 	x->server_running = x->p->server->running;
+	x->in_openssl_read = x->p->server->in_openssl_read;
+	if (x->complete_server) {
+		/* The rest comes later: the server's read returns waiting for it. */
+		assert_int_equal(perch_pipe_writer_complete(perch_tls_writer(x->p->server)), 0);
+		return;
+	}
 	relay_some(&x->s2c, SIZE_MAX);   /* the client decrypts it here */
 	struct perch_read_result r;
 	x->client_read = perch_pipe_try_read(perch_tls_reader(x->p->client), &r) == 0 && r.len > 0;
-	assert_int_equal(perch_pipe_write(x->c2s.to_server, x->next, x->next_len), 0);
-	struct perch_vtask_handle h;
-	int rc = perch_pipe_flush(x->c2s.to_server, &h);
-	assert_true(rc == 0 || rc == PERCH_PENDING);
+	pass_on_the_rest(x);
+}
+
+/*
+ * The client writes 3,000 'a' then `second` 'b' bytes, two records; the
+ * proxy passes on the first and 3 bytes of the second in a flush that
+ * waits for room, and the rest once it completed (pump_on): the server's OpenSSL
+ * reads the first record, then consumes the ciphertext to read on, which
+ * completes that flush inside its read. Returns what the proxy holds (to
+ * free), once the pump ran.
+ */
+static uint8_t *cut_the_clients_second_record(struct proxied_pair *x, size_t second)
+{
+	struct pair *p = x->p;
+	static uint8_t a[3000], b[8000];
+	memset(a, 'a', sizeof(a));
+	memset(b, 'b', sizeof(b));
+	assert_true(second <= sizeof(b));
+	assert_int_equal(write_flush(p, p->client, a, sizeof(a)), 0);
+	assert_int_equal(write_flush(p, p->client, b, second), 0);
+	struct perch_read_result r;
+	assert_int_equal(perch_pipe_try_read(x->c2s.from_client, &r), 0);
+	size_t all = r.len, first = all - (second + 22) + 3;   /* TLS 1.3: 5 header + 1 type + 16 tag */
+	uint8_t *buf = malloc(all);
+	perch_segs_copy(&r, 0, buf, all);
+	assert_int_equal(perch_pipe_advance_to(x->c2s.from_client, all, all), 0);
+	x->next = buf + first;
+	x->next_len = all - first;
+	assert_int_equal(perch_pipe_write(x->c2s.to_server, buf, first), 0);
+	assert_int_equal(perch_pipe_flush_or_wait(x->c2s.to_server, pump_on, x), PERCH_PENDING);
+	for (int i = 0; i < 100 && !x->ran; i++)
+		perch_loop_run_once(p->loop, 1);
+	assert_true(x->ran);
+	return buf;
 }
 
 /* Reads len bytes of t's plaintext, which must all be `byte`. */
@@ -374,41 +419,24 @@ static void reads_only(struct pair *p, struct perch_tls *t, size_t len, uint8_t 
 }
 
 /*
- * The proxy passes on the client's first record and 3 bytes of its
- * second (of `second` bytes): the server's OpenSSL reads the first, then
- * consumes the ciphertext to read on, which completes the proxy's flush.
- * The proxy's pump, run there, passes the server's 5,000-byte answer on
- * to the client, whose engine decrypts it inside the server's read. Each
- * read must keep its own room: the client reads its 'c's, and the server
- * the client's 'a's then 'b's.
+ * The proxy's pump, run inside the server's OpenSSL read (see
+ * cut_the_clients_second_record), passes the server's 5,000-byte answer
+ * on to the client, whose engine decrypts it there. Each read must keep
+ * its own room: the client reads its 'c's, and the server the client's
+ * 'a's then 'b's.
  */
 static void a_decryption_inside_another_sessions_read(size_t second)
 {
 	struct proxied_pair x = {0};
 	proxied_pair_new(&x);
 	struct pair *p = x.p;
-	static uint8_t a[3000], b[8000], c[5000];
-	memset(a, 'a', sizeof(a));
-	memset(b, 'b', sizeof(b));
+	static uint8_t c[5000];
 	memset(c, 'c', sizeof(c));
 	assert_int_equal(write_flush(p, p->server, c, sizeof(c)), 0);   /* held by the proxy */
-	assert_int_equal(write_flush(p, p->client, a, sizeof(a)), 0);
-	assert_int_equal(write_flush(p, p->client, b, second), 0);
-	struct perch_read_result r;
-	assert_int_equal(perch_pipe_try_read(x.c2s.from_client, &r), 0);
-	size_t all = r.len, first = all - (second + 22) + 3;   /* TLS 1.3: 5 header + 1 type + 16 tag */
-	uint8_t *buf = malloc(all);
-	perch_segs_copy(&r, 0, buf, all);
-	assert_int_equal(perch_pipe_advance_to(x.c2s.from_client, all, all), 0);
-	x.next = buf + first;
-	x.next_len = all - first;
-	assert_int_equal(perch_pipe_write(x.c2s.to_server, buf, first), 0);
-	assert_int_equal(perch_pipe_flush_or_wait(x.c2s.to_server, pump_on, &x), PERCH_PENDING);
-	for (int i = 0; i < 100 && !x.ran; i++)
-		perch_loop_run_once(p->loop, 1);
-	assert_true(x.ran && x.server_running && x.client_read);   /* the nesting this test is about */
+	uint8_t *buf = cut_the_clients_second_record(&x, second);
+	assert_true(x.server_running && x.in_openssl_read && x.client_read);   /* the nesting this test is about */
 	reads_only(p, p->client, sizeof(c), 'c');
-	reads_only(p, p->server, sizeof(a), 'a');
+	reads_only(p, p->server, 3000, 'a');
 	reads_only(p, p->server, second, 'b');
 	free(buf);
 	proxied_pair_free(&x);
@@ -424,6 +452,54 @@ static void a_long_record_decrypted_inside_another_sessions_read_keeps_its_room(
 {
 	(void)state;
 	a_decryption_inside_another_sessions_read(8000);
+}
+
+/* t's plaintext read to its end, passing on the other side's ciphertext meanwhile: the bytes, *end how. */
+static size_t reads_to_the_end_through(struct pair *p, struct perch_tls *t, struct relay *rl, struct got *end)
+{
+	size_t total = 0;
+	double stop = now_ms() + 5000;
+	for (;;) {
+		struct perch_read_result r;
+		if (perch_pipe_try_read(perch_tls_reader(t), &r) == 0) {
+			assert_int_equal(perch_pipe_advance_to(perch_tls_reader(t), r.len, r.len), 0);
+			total += r.len;
+			if (r.error || r.completed) {
+				*end = (struct got){.error = r.error, .completed = r.completed};
+				return total;
+			}
+		}
+		relay_some(rl, SIZE_MAX);
+		if (now_ms() > stop)
+			fail_msg("no end in 5 s (read %zu)", total);
+		perch_loop_run_once(p->loop, 1);
+	}
+}
+
+/*
+ * The server's writer is completed by the proxy's pump, inside the
+ * server's OpenSSL read: its close_notify waits for that read to return
+ * (an SSL_shutdown inside SSL_read failed the read). The client reads
+ * close_notify, and the server both of the client's records, unfailed.
+ */
+static void a_writer_completed_inside_openssls_read_sends_close_notify_after_it(void **state)
+{
+	(void)state;
+	struct proxied_pair x = {.complete_server = true};
+	proxied_pair_new(&x);
+	struct pair *p = x.p;
+	uint8_t *buf = cut_the_clients_second_record(&x, 3000);
+	assert_true(x.in_openssl_read);   /* the nesting this test is about */
+	pass_on_the_rest(&x);
+	struct got g;
+	assert_int_equal(reads_to_the_end_through(p, p->client, &x.s2c, &g), 0);
+	assert_int_equal(g.error, 0);
+	assert_true(g.completed);
+	reads_only(p, p->server, 3000, 'a');
+	reads_only(p, p->server, 3000, 'b');
+	assert_int_equal(perch_tls_error(p->server, NULL, 0), 0);
+	free(buf);
+	proxied_pair_free(&x);
 }
 
 /*
@@ -2257,6 +2333,7 @@ int main(void)
 		cmocka_unit_test(an_error_left_on_the_threads_queue_fails_no_session),
 		cmocka_unit_test(a_short_record_decrypted_inside_another_sessions_read_keeps_its_room),
 		cmocka_unit_test(a_long_record_decrypted_inside_another_sessions_read_keeps_its_room),
+		cmocka_unit_test(a_writer_completed_inside_openssls_read_sends_close_notify_after_it),
 		cmocka_unit_test(bytes_written_before_the_handshake_leave_after_it),
 		cmocka_unit_test(a_mebibyte_each_way_arrives_whole_and_in_order),
 		cmocka_unit_test(close_notify_is_the_readers_clean_end),
