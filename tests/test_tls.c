@@ -301,7 +301,7 @@ struct proxied_pair {
 	struct relay c2s, s2c;   /* the client's ciphertext to the server; the server's to the client */
 	const uint8_t *next;     /* what the proxy passes on to the server when its flush completes */
 	size_t next_len;
-	bool complete_server;    /* the pump completes the server's writer, and passes on nothing */
+	void (*inside)(struct proxied_pair *x);   /* what the pump does, if not pass the server's answer on */
 	bool ran, server_running, in_openssl_read, client_read;
 };
 
@@ -358,9 +358,8 @@ static void pump_on(void *arg, int64_t result)
 	x->ran = true;
 	x->server_running = x->p->server->running;
 	x->in_openssl_read = x->p->server->in_openssl_read;
-	if (x->complete_server) {
-		/* The rest comes later: the server's read returns waiting for it. */
-		assert_int_equal(perch_pipe_writer_complete(perch_tls_writer(x->p->server)), 0);
+	if (x->inside) {
+		x->inside(x);   /* the rest comes later: the server's read returns waiting for it */
 		return;
 	}
 	relay_some(&x->s2c, SIZE_MAX);   /* the client decrypts it here */
@@ -454,9 +453,10 @@ static void a_long_record_decrypted_inside_another_sessions_read_keeps_its_room(
 	a_decryption_inside_another_sessions_read(8000);
 }
 
-/* t's plaintext read to its end, passing on the other side's ciphertext meanwhile: the bytes, *end how. */
-static size_t reads_to_the_end_through(struct pair *p, struct perch_tls *t, struct relay *rl, struct got *end)
+/* t's plaintext read to its end or `upto` bytes, passing on the other side's ciphertext meanwhile: the bytes, *end how. */
+static size_t reads_through(struct pair *p, struct perch_tls *t, struct relay *rl, size_t upto, struct got *end)
 {
+	*end = (struct got){0};
 	size_t total = 0;
 	double stop = now_ms() + 5000;
 	for (;;) {
@@ -464,7 +464,7 @@ static size_t reads_to_the_end_through(struct pair *p, struct perch_tls *t, stru
 		if (perch_pipe_try_read(perch_tls_reader(t), &r) == 0) {
 			assert_int_equal(perch_pipe_advance_to(perch_tls_reader(t), r.len, r.len), 0);
 			total += r.len;
-			if (r.error || r.completed) {
+			if (r.error || r.completed || total >= upto) {
 				*end = (struct got){.error = r.error, .completed = r.completed};
 				return total;
 			}
@@ -482,17 +482,22 @@ static size_t reads_to_the_end_through(struct pair *p, struct perch_tls *t, stru
  * (an SSL_shutdown inside SSL_read failed the read). The client reads
  * close_notify, and the server both of the client's records, unfailed.
  */
+static void complete_the_servers_writer(struct proxied_pair *x)
+{
+	assert_int_equal(perch_pipe_writer_complete(perch_tls_writer(x->p->server)), 0);
+}
+
 static void a_writer_completed_inside_openssls_read_sends_close_notify_after_it(void **state)
 {
 	(void)state;
-	struct proxied_pair x = {.complete_server = true};
+	struct proxied_pair x = {.inside = complete_the_servers_writer};
 	proxied_pair_new(&x);
 	struct pair *p = x.p;
 	uint8_t *buf = cut_the_clients_second_record(&x, 3000);
 	assert_true(x.in_openssl_read);   /* the nesting this test is about */
 	pass_on_the_rest(&x);
 	struct got g;
-	assert_int_equal(reads_to_the_end_through(p, p->client, &x.s2c, &g), 0);
+	assert_int_equal(reads_through(p, p->client, &x.s2c, SIZE_MAX, &g), 0);
 	assert_int_equal(g.error, 0);
 	assert_true(g.completed);
 	reads_only(p, p->server, 3000, 'a');
@@ -955,6 +960,15 @@ static void count_after(void *arg)
 		__atomic_fetch_add(&after_runs_off_loop, 1, __ATOMIC_RELAXED);
 }
 
+/* after() counted, with the failure of the session `arg` as it stands then (its field: it is still there). */
+static int failure_at_after;
+
+static void count_after_noting_the_failure(void *arg)
+{
+	failure_at_after = ((struct perch_tls *)arg)->error;
+	count_after(arg);
+}
+
 /* Ends the client with perch_tls_end inside a turn, once its ciphertext flush waits; true if it did wait. */
 struct ending {
 	struct perch_tls *client;
@@ -1284,17 +1298,7 @@ struct end_the_client {
 	bool ran, client_running, client_flushing;
 	size_t write_first;   /* bytes written and flushed on the client before its end */
 	bool wrote;
-	int error_at_after;   /* the client's failure (its field) when after() ran */
 };
-
-/* after() of the client ended by end_the_client: counted, with the client's failure as it stands. */
-static struct end_the_client *ended_by;
-
-static void count_after_noting_the_failure(void *arg)
-{
-	ended_by->error_at_after = ((struct perch_tls *)arg)->error;
-	count_after(arg);
-}
 
 static void end_the_client(void *arg, int64_t result)
 {
@@ -1303,7 +1307,6 @@ static void end_the_client(void *arg, int64_t result)
 	x->ran = true;
 	x->client_running = x->p->client->running;
 	x->client_flushing = x->p->client->cout_flushing;
-	ended_by = x;
 	perch_tls_end(x->p->client, count_after_noting_the_failure, x->p->client);
 	x->p->client = NULL;
 }
@@ -1350,13 +1353,6 @@ static void an_end_made_inside_its_own_flush_still_sends_the_rest(void **state)
 	after_ran_once_then_free(p);
 }
 
-/*
- * The client's engine, inside OpenSSL's read, consumes ciphertext, which
- * makes room in the in-memory pipe: the server's waiting flush completes
- * there, and its continuation ends the client. OpenSSL's session must
- * outlive that read (the rest of the free waits for the run), and
- * after() runs once, a few turns later.
- */
 static void write_then_end_the_client(void *arg, int64_t result)
 {
 	struct end_the_client *x = arg;
@@ -1399,7 +1395,15 @@ static void client_reads_until_the_continuation(struct pair *p, struct end_the_c
 	}
 }
 
-static void an_end_from_a_continuation_inside_openssls_read_waits_for_the_run(void **state)
+/*
+ * The client's engine, looking for ciphertext before OpenSSL's read,
+ * consumes the last result, which makes room in the in-memory pipe: the
+ * server's waiting flush completes there, and its continuation ends the
+ * client. OpenSSL's session must outlive the read that follows (the rest
+ * of the free waits for the run), and after() runs once, a few turns
+ * later.
+ */
+static void an_end_from_a_continuation_inside_a_ciphertext_advance_waits_for_the_run(void **state)
 {
 	(void)state;
 	struct pair *p = pair_established_to_end();
@@ -1412,13 +1416,13 @@ static void an_end_from_a_continuation_inside_openssls_read_waits_for_the_run(vo
 /*
  * The same, but the continuation first writes and flushes 64 KiB on the
  * client, then ends it, with no ciphertext flush under way: the end has
- * plaintext to send while OpenSSL's read is still in progress, and leaves
- * it to the run's kick (no OpenSSL call inside that read, no pipe freed
- * under its own advance). The server reads all of it, then a failed
- * stream (the writer never completed); after() runs once, and the client
- * did not fail meanwhile.
+ * plaintext to send while the engine's look for ciphertext is still in
+ * its advance, and leaves it to the run's kick (no pipe freed under its
+ * own advance, no OpenSSL call before the run's). The server reads all of
+ * it, then a failed stream (the writer never completed); after() runs
+ * once, and the client did not fail meanwhile.
  */
-static void an_end_with_plaintext_to_send_from_inside_openssls_read_waits_for_the_run(void **state)
+static void an_end_with_plaintext_to_send_inside_a_ciphertext_advance_waits_for_the_run(void **state)
 {
 	(void)state;
 	struct pair *p = pair_established_to_end();
@@ -1430,7 +1434,48 @@ static void an_end_with_plaintext_to_send_from_inside_openssls_read_waits_for_th
 	assert_int_equal(g.error, -EPIPE);
 	assert_int_equal(total, x.write_first);
 	after_ran_once_then_free(p);
-	assert_int_equal(x.error_at_after, 0);   /* OpenSSL's read went on with its ciphertext reader */
+	assert_int_equal(failure_at_after, 0);   /* the engine's look went on with its ciphertext reader */
+}
+
+static void write_then_end_the_server(struct proxied_pair *x)
+{
+	static uint8_t data[64 * 1024];
+	memset(data, 's', sizeof(data));
+	struct perch_tls *server = x->p->server;
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_pipe_write(perch_tls_writer(server), data, sizeof(data)), 0);
+	assert_int_equal(perch_pipe_flush(perch_tls_writer(server), &h), PERCH_PENDING);
+	perch_tls_end(server, count_after_noting_the_failure, server);
+	x->p->server = NULL;
+}
+
+/*
+ * The proxy's pump writes and flushes 64 KiB on the server, then ends it,
+ * inside the server's OpenSSL read: the end leaves its rounds and after()
+ * to the run's kick (no pipe freed under the read's advance, no OpenSSL
+ * call inside it). The client reads the 64 KiB; after() runs once, the
+ * server unfailed then.
+ */
+static void an_end_with_plaintext_to_send_inside_openssls_read_waits_for_the_run(void **state)
+{
+	(void)state;
+	struct proxied_pair x = {.inside = write_then_end_the_server};
+	proxied_pair_new(&x);
+	struct pair *p = x.p;
+	end_loop_thread = pthread_self();
+	after_runs = after_runs_off_loop = 0;
+	failure_at_after = 1;
+	uint8_t *buf = cut_the_clients_second_record(&x, 3000);
+	assert_true(x.in_openssl_read);   /* the nesting this test is about */
+	struct got g;
+	assert_int_equal(reads_through(p, p->client, &x.s2c, 64 * 1024, &g), 64 * 1024);
+	for (int i = 0; i < 100 && after_runs == 0; i++)
+		perch_loop_run_once(p->loop, 1);
+	assert_int_equal(after_runs, 1);
+	assert_int_equal(after_runs_off_loop, 0);
+	assert_int_equal(failure_at_after, 0);
+	free(buf);
+	proxied_pair_free(&x);
 }
 
 static struct perch_conn *adopted[2];
@@ -2334,6 +2379,7 @@ int main(void)
 		cmocka_unit_test(a_short_record_decrypted_inside_another_sessions_read_keeps_its_room),
 		cmocka_unit_test(a_long_record_decrypted_inside_another_sessions_read_keeps_its_room),
 		cmocka_unit_test(a_writer_completed_inside_openssls_read_sends_close_notify_after_it),
+		cmocka_unit_test(an_end_with_plaintext_to_send_inside_openssls_read_waits_for_the_run),
 		cmocka_unit_test(bytes_written_before_the_handshake_leave_after_it),
 		cmocka_unit_test(a_mebibyte_each_way_arrives_whole_and_in_order),
 		cmocka_unit_test(close_notify_is_the_readers_clean_end),
@@ -2362,8 +2408,8 @@ int main(void)
 		cmocka_unit_test(an_end_inside_the_run_sends_a_flush_not_taken_yet),
 		cmocka_unit_test(an_end_whose_flush_never_ends_runs_after_once_at_its_deadline),
 		cmocka_unit_test(an_end_made_inside_its_own_flush_still_sends_the_rest),
-		cmocka_unit_test(an_end_from_a_continuation_inside_openssls_read_waits_for_the_run),
-		cmocka_unit_test(an_end_with_plaintext_to_send_from_inside_openssls_read_waits_for_the_run),
+		cmocka_unit_test(an_end_from_a_continuation_inside_a_ciphertext_advance_waits_for_the_run),
+		cmocka_unit_test(an_end_with_plaintext_to_send_inside_a_ciphertext_advance_waits_for_the_run),
 		cmocka_unit_test(both_sessions_freed_inside_the_flush_that_feeds_one),
 		cmocka_unit_test(an_end_inside_the_run_whose_flush_fails_there_runs_after_at_once),
 		cmocka_unit_test(plaintext_ends_used_off_the_loop_thread_lose_nothing),
