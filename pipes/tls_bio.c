@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <limits.h>
+#include <openssl/err.h>
 #include <perch/segs.h>
 
 #include "invariant.h"
@@ -66,6 +67,26 @@ static int next_result(struct perch_tls *s)
 	return -EPIPE;
 }
 
+/*
+ * next_result, from inside OpenSSL's read: the advance may complete a
+ * flush and run its continuation in there. What that continuation
+ * leaves on the thread's error queue is not this read's error.
+ */
+static int next_result_in_openssl(struct perch_tls *s)
+{
+	s->in_openssl_read = true;
+	int rc;
+	if (s->cin_have) {
+		ERR_set_mark();
+		rc = next_result(s);
+		ERR_pop_to_mark();
+	} else {
+		rc = next_result(s);   /* no advance, no continuation */
+	}
+	s->in_openssl_read = false;
+	return rc;
+}
+
 bool perch__tls_read_would_wait(struct perch_tls *s)
 {
 	if (s->cin_have && s->cin_off < s->cin.len)
@@ -88,9 +109,7 @@ static int bio_read(BIO *b, char *out, int len)
 		return 0;
 	if (!s->cin_have || s->cin_off == s->cin.len) {
 		/* A parked read holds the reader: its delivery kicks the engine, which reads again. */
-		s->in_openssl_read = true;   /* the advance inside may complete a flush, and run its continuation */
-		int rc = s->cin_parked ? -EAGAIN : next_result(s);
-		s->in_openssl_read = false;
+		int rc = s->cin_parked ? -EAGAIN : next_result_in_openssl(s);
 		if (rc == -EAGAIN) {
 			s->want_input = true;
 			BIO_set_retry_read(b);

@@ -56,8 +56,12 @@ static void free_rest(struct perch_tls *s)
 	perch__tls_drop_sends(s, -EPIPE);
 	perch_pipe_reader_free(s->cr);   /* a parked ciphertext read is canceled here */
 	s->cr = NULL;
-	if (!ending)
-		free_cipher_side(s);
+	if (ending)
+		return;
+	/* A writer completed inside OpenSSL's read left its close_notify asked for: sent as it would have been. */
+	if (perch__load_u32(&s->asks) & TLS_ASK_CLOSE_NOTIFY)
+		perch__tls_close_notify_now(s);
+	free_cipher_side(s);
 }
 
 void perch_tls_free(struct perch_tls *t)

@@ -303,6 +303,7 @@ struct proxied_pair {
 	size_t next_len;
 	void (*inside)(struct proxied_pair *x);   /* what the pump does, if not pass the server's answer on */
 	bool ran, server_running, in_openssl_read, client_read;
+	uint8_t *held;           /* the client's ciphertext the proxy took */
 };
 
 static bool proxied_established(void *arg)
@@ -335,6 +336,7 @@ static void proxied_pair_new(struct proxied_pair *x)
 
 static void proxied_pair_free(struct proxied_pair *x)
 {
+	free(x->held);
 	pair_free(x->p);
 	perch_pipe_reader_free(x->c2s.from_client);
 	perch_pipe_writer_free(x->c2s.to_server);
@@ -373,10 +375,9 @@ static void pump_on(void *arg, int64_t result)
  * proxy passes on the first and 3 bytes of the second in a flush that
  * waits for room, and the rest once it completed (pump_on): the server's OpenSSL
  * reads the first record, then consumes the ciphertext to read on, which
- * completes that flush inside its read. Returns what the proxy holds (to
- * free), once the pump ran.
+ * completes that flush inside its read. Returns once the pump ran.
  */
-static uint8_t *cut_the_clients_second_record(struct proxied_pair *x, size_t second)
+static void cut_the_clients_second_record(struct proxied_pair *x, size_t second)
 {
 	struct pair *p = x->p;
 	static uint8_t a[3000], b[8000];
@@ -388,7 +389,7 @@ static uint8_t *cut_the_clients_second_record(struct proxied_pair *x, size_t sec
 	struct perch_read_result r;
 	assert_int_equal(perch_pipe_try_read(x->c2s.from_client, &r), 0);
 	size_t all = r.len, first = all - (second + 22) + 3;   /* TLS 1.3: 5 header + 1 type + 16 tag */
-	uint8_t *buf = malloc(all);
+	uint8_t *buf = x->held = malloc(all);
 	perch_segs_copy(&r, 0, buf, all);
 	assert_int_equal(perch_pipe_advance_to(x->c2s.from_client, all, all), 0);
 	x->next = buf + first;
@@ -398,7 +399,15 @@ static uint8_t *cut_the_clients_second_record(struct proxied_pair *x, size_t sec
 	for (int i = 0; i < 100 && !x->ran; i++)
 		perch_loop_run_once(p->loop, 1);
 	assert_true(x->ran);
-	return buf;
+}
+
+/* A proxied pair whose pump does x->inside inside the server's OpenSSL read, which it asserts. */
+static struct pair *pump_inside_the_servers_read(struct proxied_pair *x)
+{
+	proxied_pair_new(x);
+	cut_the_clients_second_record(x, 3000);
+	assert_true(x->in_openssl_read);   /* the nesting these tests are about */
+	return x->p;
 }
 
 /* Reads len bytes of t's plaintext, which must all be `byte`. */
@@ -432,12 +441,11 @@ static void a_decryption_inside_another_sessions_read(size_t second)
 	static uint8_t c[5000];
 	memset(c, 'c', sizeof(c));
 	assert_int_equal(write_flush(p, p->server, c, sizeof(c)), 0);   /* held by the proxy */
-	uint8_t *buf = cut_the_clients_second_record(&x, second);
+	cut_the_clients_second_record(&x, second);
 	assert_true(x.server_running && x.in_openssl_read && x.client_read);   /* the nesting this test is about */
 	reads_only(p, p->client, sizeof(c), 'c');
 	reads_only(p, p->server, 3000, 'a');
 	reads_only(p, p->server, second, 'b');
-	free(buf);
 	proxied_pair_free(&x);
 }
 
@@ -453,7 +461,7 @@ static void a_long_record_decrypted_inside_another_sessions_read_keeps_its_room(
 	a_decryption_inside_another_sessions_read(8000);
 }
 
-/* t's plaintext read to its end or `upto` bytes, passing on the other side's ciphertext meanwhile: the bytes, *end how. */
+/* t's plaintext read to its end or `upto` bytes, passing on the other side's ciphertext (and end) meanwhile: the bytes, *end how. */
 static size_t reads_through(struct pair *p, struct perch_tls *t, struct relay *rl, size_t upto, struct got *end)
 {
 	*end = (struct got){0};
@@ -470,6 +478,9 @@ static size_t reads_through(struct pair *p, struct perch_tls *t, struct relay *r
 			}
 		}
 		relay_some(rl, SIZE_MAX);
+		struct perch_read_result e;
+		if (perch_pipe_try_read(rl->from_client, &e) == 0 && e.len == 0 && (e.completed || e.error))
+			perch_pipe_writer_complete(rl->to_server);   /* the other side's end, passed on */
 		if (now_ms() > stop)
 			fail_msg("no end in 5 s (read %zu)", total);
 		perch_loop_run_once(p->loop, 1);
@@ -491,10 +502,7 @@ static void a_writer_completed_inside_openssls_read_sends_close_notify_after_it(
 {
 	(void)state;
 	struct proxied_pair x = {.inside = complete_the_servers_writer};
-	proxied_pair_new(&x);
-	struct pair *p = x.p;
-	uint8_t *buf = cut_the_clients_second_record(&x, 3000);
-	assert_true(x.in_openssl_read);   /* the nesting this test is about */
+	struct pair *p = pump_inside_the_servers_read(&x);
 	pass_on_the_rest(&x);
 	struct got g;
 	assert_int_equal(reads_through(p, p->client, &x.s2c, SIZE_MAX, &g), 0);
@@ -503,7 +511,56 @@ static void a_writer_completed_inside_openssls_read_sends_close_notify_after_it(
 	reads_only(p, p->server, 3000, 'a');
 	reads_only(p, p->server, 3000, 'b');
 	assert_int_equal(perch_tls_error(p->server, NULL, 0), 0);
-	free(buf);
+	proxied_pair_free(&x);
+}
+
+static void complete_and_free_the_server(struct proxied_pair *x)
+{
+	assert_int_equal(perch_pipe_writer_complete(perch_tls_writer(x->p->server)), 0);
+	perch_tls_free(x->p->server);
+	x->p->server = NULL;
+}
+
+/*
+ * The same, then the pump frees the server: the close_notify the writer
+ * asked for inside the read is sent by the rest of the free, once the
+ * read returned, as it is outside a read. The client reads close_notify.
+ */
+static void a_writer_completed_then_freed_inside_openssls_read_sends_close_notify(void **state)
+{
+	(void)state;
+	struct proxied_pair x = {.inside = complete_and_free_the_server};
+	struct pair *p = pump_inside_the_servers_read(&x);
+	struct got g;
+	assert_int_equal(reads_through(p, p->client, &x.s2c, SIZE_MAX, &g), 0);
+	assert_int_equal(g.error, 0);
+	assert_true(g.completed);
+	proxied_pair_free(&x);
+}
+
+/* Another library's OpenSSL call, in the pump, fails and leaves its error queued. */
+static void leave_an_error_queued(struct proxied_pair *x)
+{
+	(void)x;
+	ERR_raise(ERR_LIB_SSL, SSL_R_BAD_LENGTH);
+}
+
+/*
+ * An error left on the thread's queue by a continuation run inside the
+ * server's OpenSSL read is not that read's: the read returns waiting for
+ * the rest of the record, the server does not fail, and reads both of
+ * the client's records once the rest came.
+ */
+static void an_error_left_inside_openssls_read_fails_no_session(void **state)
+{
+	(void)state;
+	struct proxied_pair x = {.inside = leave_an_error_queued};
+	struct pair *p = pump_inside_the_servers_read(&x);
+	assert_int_equal(perch_tls_error(p->server, NULL, 0), 0);
+	pass_on_the_rest(&x);
+	reads_only(p, p->server, 3000, 'a');
+	reads_only(p, p->server, 3000, 'b');
+	ERR_clear_error();
 	proxied_pair_free(&x);
 }
 
@@ -1460,13 +1517,10 @@ static void an_end_with_plaintext_to_send_inside_openssls_read_waits_for_the_run
 {
 	(void)state;
 	struct proxied_pair x = {.inside = write_then_end_the_server};
-	proxied_pair_new(&x);
-	struct pair *p = x.p;
 	end_loop_thread = pthread_self();
 	after_runs = after_runs_off_loop = 0;
 	failure_at_after = 1;
-	uint8_t *buf = cut_the_clients_second_record(&x, 3000);
-	assert_true(x.in_openssl_read);   /* the nesting this test is about */
+	struct pair *p = pump_inside_the_servers_read(&x);
 	struct got g;
 	assert_int_equal(reads_through(p, p->client, &x.s2c, 64 * 1024, &g), 64 * 1024);
 	for (int i = 0; i < 100 && after_runs == 0; i++)
@@ -1474,7 +1528,6 @@ static void an_end_with_plaintext_to_send_inside_openssls_read_waits_for_the_run
 	assert_int_equal(after_runs, 1);
 	assert_int_equal(after_runs_off_loop, 0);
 	assert_int_equal(failure_at_after, 0);
-	free(buf);
 	proxied_pair_free(&x);
 }
 
@@ -2379,6 +2432,8 @@ int main(void)
 		cmocka_unit_test(a_short_record_decrypted_inside_another_sessions_read_keeps_its_room),
 		cmocka_unit_test(a_long_record_decrypted_inside_another_sessions_read_keeps_its_room),
 		cmocka_unit_test(a_writer_completed_inside_openssls_read_sends_close_notify_after_it),
+		cmocka_unit_test(a_writer_completed_then_freed_inside_openssls_read_sends_close_notify),
+		cmocka_unit_test(an_error_left_inside_openssls_read_fails_no_session),
 		cmocka_unit_test(an_end_with_plaintext_to_send_inside_openssls_read_waits_for_the_run),
 		cmocka_unit_test(bytes_written_before_the_handshake_leave_after_it),
 		cmocka_unit_test(a_mebibyte_each_way_arrives_whole_and_in_order),
