@@ -49,18 +49,32 @@ static void free_cipher_side(struct perch_tls *s)
 }
 
 /* The rest of a free made inside the engine's run (free_left); outside the run. */
+/*
+ * A close_notify a writer completed inside OpenSSL's read asked for,
+ * with no flushed chain before it: outside a read it would have been
+ * sent then, so the free still sends it. With a chain waiting it would
+ * not have been, and the free drops that chain: no clean end after it.
+ */
+static bool close_notify_owed(const struct perch_tls *s)
+{
+	return s->close_notify_deferred && !s->tx && !s->has_deferred &&
+	       !perch__load_ptr((void *const *)&s->tx_in);
+}
+
 static void free_rest(struct perch_tls *s)
 {
 	bool ending = s->ending;   /* a flush ending inside this may end the ending */
+	bool owed = !ending && close_notify_owed(s);   /* decided before the chains are dropped */
 	s->free_left = false;
 	perch__tls_drop_sends(s, -EPIPE);
 	perch_pipe_reader_free(s->cr);   /* a parked ciphertext read is canceled here */
 	s->cr = NULL;
 	if (ending)
 		return;
-	/* A writer completed inside OpenSSL's read left its close_notify asked for: sent as it would have been. */
-	if (perch__load_u32(&s->asks) & TLS_ASK_CLOSE_NOTIFY)
+	if (owed) {
 		perch__tls_close_notify_now(s);
+		stop_timers(s);   /* a kernel-path retry it armed: what found no room is dropped, as perch_tls_free says */
+	}
 	free_cipher_side(s);
 }
 

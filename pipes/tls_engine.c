@@ -273,6 +273,7 @@ void perch__tls_close_notify_now(struct perch_tls *s)
 {
 	if (s->in_openssl_read) {
 		s->again = true;   /* no SSL_shutdown inside SSL_read: the run sends it once the read returned */
+		s->close_notify_deferred = true;
 		return;
 	}
 	bool nested = s->running;

@@ -90,6 +90,7 @@ struct perch_tls {
 	bool end_flushing;               /* inside one of its flush calls */
 	bool timers_left;                /* freed off the loop's thread: the kick disarms the timers */
 	bool in_openssl_read;            /* OpenSSL asks for ciphertext: a continuation run there is inside its call */
+	bool close_notify_deferred;      /* asked for inside OpenSSL's read: a free there still sends it */
 	bool cin_have, cin_parked, cin_eof;
 	bool cout_flushing;
 	bool want_input;                 /* OpenSSL asked for ciphertext it lacked */

@@ -538,6 +538,31 @@ static void a_writer_completed_then_freed_inside_openssls_read_sends_close_notif
 	proxied_pair_free(&x);
 }
 
+static void flush_complete_and_free_the_server(struct proxied_pair *x)
+{
+	struct perch_pipe_writer *w = perch_tls_writer(x->p->server);
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_pipe_write(w, "bytes the peer must get", 23), 0);
+	assert_int_equal(perch_pipe_flush(w, &h), PERCH_PENDING);
+	complete_and_free_the_server(x);
+}
+
+/*
+ * The same with a flush waiting before the completion: the free drops
+ * that flush, so the close_notify asked for after it is not sent either
+ * (it would say nothing was cut short). The client reads a truncation.
+ */
+static void a_flush_completed_and_freed_inside_openssls_read_ends_with_no_close_notify(void **state)
+{
+	(void)state;
+	struct proxied_pair x = {.inside = flush_complete_and_free_the_server};
+	struct pair *p = pump_inside_the_servers_read(&x);
+	struct got g;
+	assert_int_equal(reads_through(p, p->client, &x.s2c, SIZE_MAX, &g), 0);
+	assert_int_equal(g.error, PERCH_TLS_TRUNCATED);
+	proxied_pair_free(&x);
+}
+
 /* Another library's OpenSSL call, in the pump, fails and leaves its error queued. */
 static void leave_an_error_queued(struct proxied_pair *x)
 {
@@ -1672,6 +1697,31 @@ static void an_end_from_a_read_sends_the_records_its_step_staged(void **state)
 	perch_conn_release(adopted[1]);
 }
 
+/*
+ * Between turns, a flush, the writer's completion and a free: the free
+ * drops the flush (its chain waits for a kick), so no close_notify goes
+ * either. The server reads none of it, then a failed stream, not a
+ * clean end.
+ */
+static void a_flush_completed_and_freed_between_turns_ends_with_no_close_notify(void **state)
+{
+	(void)state;
+	struct pair *p = pair_new("server", "ca.pem", "localhost");
+	assert_true(turn_until(p->loop, both_established, p));
+	struct perch_pipe_writer *w = perch_tls_writer(p->client);
+	struct perch_vtask_handle h;
+	assert_int_equal(perch_pipe_write(w, "bytes the peer must get", 23), 0);
+	assert_int_equal(perch_pipe_flush(w, &h), PERCH_PENDING);
+	assert_int_equal(perch_pipe_writer_complete(w), 0);
+	perch_tls_free(p->client);
+	p->client = NULL;
+	struct got g;
+	assert_int_equal(server_reads_to_the_end(p, &g), 0);
+	assert_false(g.completed);
+	assert_int_equal(g.error, -EPIPE);
+	pair_free(p);
+}
+
 static void *free_on_a_thread(void *t)
 {
 	perch_tls_free(t);
@@ -2433,6 +2483,8 @@ int main(void)
 		cmocka_unit_test(a_long_record_decrypted_inside_another_sessions_read_keeps_its_room),
 		cmocka_unit_test(a_writer_completed_inside_openssls_read_sends_close_notify_after_it),
 		cmocka_unit_test(a_writer_completed_then_freed_inside_openssls_read_sends_close_notify),
+		cmocka_unit_test(a_flush_completed_and_freed_inside_openssls_read_ends_with_no_close_notify),
+		cmocka_unit_test(a_flush_completed_and_freed_between_turns_ends_with_no_close_notify),
 		cmocka_unit_test(an_error_left_inside_openssls_read_fails_no_session),
 		cmocka_unit_test(an_end_with_plaintext_to_send_inside_openssls_read_waits_for_the_run),
 		cmocka_unit_test(bytes_written_before_the_handshake_leave_after_it),

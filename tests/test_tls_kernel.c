@@ -813,6 +813,18 @@ static void say_last_words(void *arg)
 	l->done = true;
 }
 
+/* A session on the kernel's path (the kernel plays along), a message each way done. */
+static void on_the_kernels_path_after_a_word_each_way(struct side *s, struct client *c)
+{
+	the_client = c;
+	k.ulp_answer = k.set_tx_answer = k.ctrl_eagain = k.ctrl_partial = 0;
+	side_start(s, c);
+	turn_until(s, client_connected);
+	assert_int_equal(perch_tls_path(s->tls), PERCH_TLS_PATH_KERNEL_TX);
+	assert_int_equal(write_flush(s, "hello from perch", 16), 0);
+	expect_read(s, "and from the client");
+}
+
 /*
  * Ended while its last flush is in flight, with close_notify owed: once
  * that flush ended the close_notify, a control record, finds no room in
@@ -823,13 +835,7 @@ static void an_end_whose_close_notify_finds_no_room_leaves_no_timer(void **state
 {
 	struct client c = {0};
 	struct side s = {0};
-	the_client = &c;
-	k.ulp_answer = k.set_tx_answer = k.ctrl_eagain = k.ctrl_partial = 0;
-	side_start(&s, &c);
-	turn_until(&s, client_connected);
-	assert_int_equal(perch_tls_path(s.tls), PERCH_TLS_PATH_KERNEL_TX);
-	assert_int_equal(write_flush(&s, "hello from perch", 16), 0);
-	expect_read(&s, "and from the client");
+	on_the_kernels_path_after_a_word_each_way(&s, &c);
 	ended = 0;
 	struct last_words l = {.tls = s.tls};
 	s.tls = NULL;
@@ -840,6 +846,30 @@ static void an_end_whose_close_notify_finds_no_room_leaves_no_timer(void **state
 	assert_true(l.done);
 	assert_true(l.waited || backend == PERCH_BACKEND_EPOLL);
 	assert_int_equal(ended, 1);
+	k.ctrl_eagain = 0;
+	side_end(&s, true);
+}
+
+/*
+ * The writer completed between turns (its close_notify asked for, a kick
+ * posted), then the session freed there with no room in the socket: the
+ * free sends no close_notify, so it arms no retry in memory that goes
+ * (the session is held by the kick until the next turn).
+ */
+static void a_free_after_a_complete_between_turns_leaves_no_timer(void **state)
+{
+	struct client c = {0};
+	struct side s = {0};
+	on_the_kernels_path_after_a_word_each_way(&s, &c);
+	k.ctrl_eagain = 1000000;
+	struct perch_tls *t = s.tls;
+	s.tls = NULL;
+	assert_int_equal(perch_pipe_writer_complete(perch_tls_writer(t)), 0);
+	perch_tls_free(t);
+	assert_false(perch_timer_is_armed(&t->ktls_retry));
+	double end = now_ms() + 100;
+	while (now_ms() < end)
+		perch_loop_run_once(s.loop, 2);
 	k.ctrl_eagain = 0;
 	side_end(&s, true);
 }
@@ -877,6 +907,7 @@ int main(void)
 		cmocka_unit_test(a_cipher_the_kernel_does_not_take_stays_in_userspace),
 		cmocka_unit_test(keys_the_kernel_refuses_fail_the_session_saying_why),
 		cmocka_unit_test(an_end_whose_close_notify_finds_no_room_leaves_no_timer),
+		cmocka_unit_test(a_free_after_a_complete_between_turns_leaves_no_timer),
 	};
 	int rc = real ? kernel_takes_tls() : 0;
 	if (rc != 0) {
