@@ -57,8 +57,8 @@ static void free_cipher_side(struct perch_tls *s)
  */
 static bool close_notify_owed(const struct perch_tls *s)
 {
-	return s->close_notify_deferred && !s->tx && !s->has_deferred &&
-	       !perch__load_ptr((void *const *)&s->tx_in);
+	return s->close_notify_deferred && !s->close_notify_sent && !s->cout_flushing && !s->tx &&
+	       !s->has_deferred && !perch__load_ptr((void *const *)&s->tx_in);
 }
 
 static void free_rest(struct perch_tls *s)
@@ -73,7 +73,9 @@ static void free_rest(struct perch_tls *s)
 		return;
 	if (owed) {
 		perch__tls_close_notify_now(s);
-		stop_timers(s);   /* a kernel-path retry it armed: what found no room is dropped, as perch_tls_free says */
+		/* A kernel-path retry it armed (on the loop's thread only): dropped, as perch_tls_free says. */
+		if (perch_timer_is_armed(&s->ktls_retry))
+			perch_timer_stop(&s->ktls_retry);   /* not s->timer: perch_tls_end's deadline stays */
 	}
 	free_cipher_side(s);
 }
