@@ -77,7 +77,7 @@ static int next_result_in_openssl(struct perch_tls *s)
 	s->in_openssl_read = true;
 	int rc;
 	if (s->cin_have) {
-		ERR_set_mark();
+		ERR_set_mark();   /* 0 on an empty queue, with no mark: the pop then empties it, as wanted */
 		rc = next_result(s);
 		ERR_pop_to_mark();
 	} else {

@@ -48,7 +48,6 @@ static void free_cipher_side(struct perch_tls *s)
 	perch_tls_ctx_free(s->ctx);
 }
 
-/* The rest of a free made inside the engine's run (free_left); outside the run. */
 /*
  * A close_notify a writer completed inside OpenSSL's read asked for,
  * with no flushed chain before it: outside a read it would have been
@@ -61,6 +60,7 @@ static bool close_notify_owed(const struct perch_tls *s)
 	       !s->has_deferred && !perch__load_ptr((void *const *)&s->tx_in);
 }
 
+/* The rest of a free: at once, or for a free made inside the engine's run (free_left) from its kick. */
 static void free_rest(struct perch_tls *s)
 {
 	bool ending = s->ending;   /* a flush ending inside this may end the ending */
